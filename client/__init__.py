@@ -1,0 +1,1 @@
+"""The device's side: key generation, encryption and decryption over the crypto API."""

@@ -1,0 +1,108 @@
+"""Client/server split of a compiled HE-kNN-V circuit, as plain functions over bytes.
+
+The system model of Ameur et al. (PSD 2022, Section 3.1, Fig. 1): the querier (client) generates the
+keys, encrypts its query and decrypts the result; the data owner (server) evaluates the circuit on
+ciphertexts with the client's *evaluation* keys only. Secret keys exist only in :class:`KnnClient`;
+no function on the server side of this module accepts or returns them.
+
+Serialised forms are concrete-python's own (no pickles): the server artifact is the zip written by
+``fhe.Server.save``; client specs, evaluation keys and ciphertexts are ``serialize()`` bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from concrete import fhe
+
+# ---------------------------------------------------------------- server side (data owner)
+
+
+def save_server(circuit: fhe.Circuit, path: Path) -> None:
+    """Write the compiled server artifact (a zip) to ``path``."""
+    circuit.server.save(str(path))
+
+
+def load_server(path: Path) -> fhe.Server:
+    """Load a server artifact this process (or an earlier run of it) wrote.
+
+    concrete unpacks the zip into a temporary directory; call ``server.cleanup()`` when done and
+    load each artifact once per process.
+    """
+    return fhe.Server.load(str(path))
+
+
+def client_specs_bytes(server: fhe.Server) -> bytes:
+    """Public description of the circuit's keys and encodings, for clients (``circuit.server``
+    for a freshly compiled circuit)."""
+    return server.client_specs.serialize()
+
+
+def parse_evaluation_keys(data: bytes) -> fhe.EvaluationKeys:
+    """Deserialise a client's evaluation keys; ``ValueError`` if the bytes are not keys."""
+    if not data:
+        raise ValueError("evaluation keys are empty")
+    try:
+        return fhe.EvaluationKeys.deserialize(bytes(data))
+    except Exception as exc:  # concrete raises RuntimeError subclasses of its own
+        raise ValueError(f"evaluation keys do not deserialize: {exc}") from exc
+
+
+def parse_ciphertext(data: bytes) -> fhe.Value:
+    """Deserialise an encrypted value; ``ValueError`` if the bytes are not a ciphertext."""
+    if not data:
+        raise ValueError("ciphertext is empty")
+    try:
+        return fhe.Value.deserialize(bytes(data))
+    except Exception as exc:
+        raise ValueError(f"ciphertext does not deserialize: {exc}") from exc
+
+
+def run_encrypted(server: fhe.Server, evaluation_keys: fhe.EvaluationKeys, query: fhe.Value) -> bytes:
+    """Evaluate the circuit on one encrypted query; returns the serialised encrypted class.
+
+    ``ValueError`` when the ciphertext does not fit this circuit (wrong shape, another model's keys).
+    """
+    try:
+        result = server.run(query, evaluation_keys=evaluation_keys)
+    except Exception as exc:
+        raise ValueError(f"the encrypted query does not fit this model: {exc}") from exc
+    return result.serialize()
+
+
+# ---------------------------------------------------------------- client side (querier)
+
+
+class KnnClient:
+    """Key holder and encryptor for one model's circuit. Secret keys never leave this object
+    except through :meth:`secret_keys_bytes`, meant for the client's own owner-only cache."""
+
+    def __init__(self, specs: bytes):
+        try:
+            self._client = fhe.Client(fhe.ClientSpecs.deserialize(bytes(specs)))
+        except Exception as exc:
+            raise ValueError(f"client specs do not deserialize: {exc}") from exc
+
+    def generate_keys(self, secret_seed: int | None = None, encryption_seed: int | None = None) -> None:
+        """Fresh keys from the OS's secure randomness (seeds only for reproducible tests)."""
+        self._client.keys.generate(force=True, secret_seed=secret_seed, encryption_seed=encryption_seed)
+
+    def load_keys(self, data: bytes) -> None:
+        self._client.keys.load_from_bytes(bytes(data))
+
+    def secret_keys_bytes(self) -> bytes:
+        """All keys, secret ones included: store only with owner-only permissions."""
+        return self._client.keys.serialize()
+
+    def evaluation_keys_bytes(self) -> bytes:
+        """The public evaluation keys the server needs; contains no secret key."""
+        return self._client.evaluation_keys.serialize()
+
+    def encrypt(self, levels: np.ndarray) -> bytes:
+        """Encrypt one quantized query (the model's quantizer gives the levels)."""
+        return self._client.encrypt(np.asarray(levels, dtype=np.int64)).serialize()
+
+    def decrypt_class(self, result: bytes) -> int:
+        """Decrypt the server's answer: the class index."""
+        return int(self._client.decrypt(parse_ciphertext(result)))

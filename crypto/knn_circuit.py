@@ -1,0 +1,133 @@
+"""The HE-kNN-V circuit, compiled with concrete-python from a clear :class:`~crypto.knn_plan.KnnPlan`.
+
+Ameur et al. (PSD 2022), Section 3.3, with the steps of ``crypto.knn_plan``:
+
+1. ``e = q @ pair_weights + pair_offsets``: distance differences, linear in the encrypted query
+   (equation (2)); no programmable bootstrapping (PBS).
+2. Delta matrix ``before = e < 0`` over the n(n-1)/2 pairs i < j. The paper's sign bootstrap is
+   approximate near zero; here it is exact, because the encrypted class must equal the clear
+   reference on every query. A direct sign lookup on the ~10-bit difference fails to find
+   parameters (the clear weights amplify the input noise), so the low ``difference_bits -
+   sign_bits`` bits are first removed with ``fhe.truncate_bit_pattern`` (exact: one small PBS per
+   removed bit) and the sign is read with one ``sign_bits``-bit lookup. Truncation (floor towards
+   minus infinity) keeps the sign: ``floor(e / 2^L) < 0  <=>  e < 0``.
+3. Ranks by column sums (a clear {-1, 0, 1} matrix, no PBS) and the mask ``rank < k``: n lookups.
+4. Votes: ``mask @ onehot(labels)`` (no PBS).
+5. Encrypted argmax: a halving tournament of ``np.maximum`` over the distinct scores
+   ``votes * C + (C - 1 - c)``, then one lookup turns the best score into the class index, the only
+   output.
+
+``fhe.hint`` pins the bit width of every intermediate to its exact worst case over the whole query
+box, so no query, however unusual, can overflow a value the input set happened not to reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from concrete import fhe
+
+from crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
+
+
+@dataclass(frozen=True)
+class CircuitConfig:
+    """Compilation settings. Defaults were chosen by measurement (``experiments/knn_bench.py``).
+
+    sign_bits: bits kept for the final sign lookup after exact truncation of a distance difference.
+    global_p_error: concrete's bound on the probability that any PBS of one evaluation is wrong;
+        the default is concrete's own (1e-5), so a wrong class is a one-in-100,000 event at most.
+    parameter_selection_strategy: concrete's "multi" (one parameter set per precision) or "mono".
+    compress_*: concrete's seeded compression of evaluation keys and of input ciphertexts.
+    """
+
+    sign_bits: int = 4
+    global_p_error: float = 1e-5
+    parameter_selection_strategy: str = "multi"
+    compress_evaluation_keys: bool = True
+    compress_input_ciphertexts: bool = True
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.sign_bits <= 8:
+            raise ValueError("sign_bits must be between 2 and 8")
+        if not 0.0 < self.global_p_error < 1.0:
+            raise ValueError("global_p_error must be a probability strictly between 0 and 1")
+        if self.parameter_selection_strategy not in ("multi", "mono"):
+            raise ValueError("parameter_selection_strategy must be 'multi' or 'mono'")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def concrete_configuration(self, simulation: bool = False) -> fhe.Configuration:
+        return fhe.Configuration(
+            global_p_error=self.global_p_error,
+            p_error=None,
+            parameter_selection_strategy=self.parameter_selection_strategy,
+            compress_evaluation_keys=self.compress_evaluation_keys,
+            compress_input_ciphertexts=self.compress_input_ciphertexts,
+            fhe_simulation=simulation,
+            show_progress=False,
+        )
+
+
+def circuit_function(plan: KnnPlan, config: CircuitConfig) -> Callable:
+    """The traced function: encrypted query levels (d,) -> encrypted class index."""
+    weights, offsets = plan.pair_weights, plan.pair_offsets
+    rank_matrix, rank_offsets = plan.rank_matrix, plan.rank_offsets
+    onehot, k, n_classes = plan.onehot, plan.k, plan.n_classes
+    removed_bits = max(0, plan.difference_bits - config.sign_bits)
+    score_offsets = vote_scores(np.zeros(n_classes, dtype=np.int64), n_classes)
+    to_class = fhe.LookupTable(
+        [int(class_from_best_score(s, n_classes)) for s in range(1 << plan.score_bits)]
+    )
+
+    def knn(q):
+        differences = fhe.hint(q @ weights + offsets, bit_width=plan.difference_bits)
+        if removed_bits:
+            differences = fhe.truncate_bit_pattern(differences, removed_bits)
+        before = differences < 0
+        ranks = fhe.hint(before @ rank_matrix, bit_width=plan.rank_bits) + rank_offsets
+        mask = ranks < k
+        votes = mask @ onehot
+        scores = fhe.hint(votes * n_classes + score_offsets, bit_width=plan.score_bits)
+        while scores.shape[0] > 1:
+            half = scores.shape[0] // 2
+            paired = np.maximum(scores[:half], scores[half : 2 * half])
+            scores = np.concatenate((paired, scores[2 * half :])) if scores.shape[0] % 2 else paired
+        return to_class[scores[0]]
+
+    return knn
+
+
+def compile_inputset(plan: KnnPlan, seed: int = 0, random_queries: int = 64) -> list[np.ndarray]:
+    """Queries that drive compilation: the training points, seeded random points and, for small d,
+    every corner of the query box. Bit widths do not depend on it (see ``fhe.hint`` above)."""
+    rng = np.random.default_rng(seed)
+    queries = list(plan.train)
+    queries += list(rng.integers(0, plan.max_level + 1, size=(random_queries, plan.d)))
+    if plan.d <= 8:
+        grid = np.array(np.meshgrid(*[[0, plan.max_level]] * plan.d)).reshape(plan.d, -1).T
+        queries += list(grid)
+    else:
+        queries += [np.zeros(plan.d, dtype=np.int64), np.full(plan.d, plan.max_level)]
+    return [np.asarray(q, dtype=np.int64) for q in queries]
+
+
+def compile_circuit(plan: KnnPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
+    """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
+    compiler = fhe.Compiler(circuit_function(plan, config), {"q": "encrypted"})
+    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
+
+
+def circuit_statistics(circuit: fhe.Circuit | fhe.Server) -> dict:
+    """Cost figures of a compiled circuit (or a loaded server): PBS count, complexity, key sizes."""
+    return {
+        "pbs_count": int(circuit.programmable_bootstrap_count),
+        "complexity": float(circuit.complexity),
+        "bootstrap_key_bytes": int(circuit.size_of_bootstrap_keys),
+        "keyswitch_key_bytes": int(circuit.size_of_keyswitch_keys),
+        "input_bytes": int(circuit.size_of_inputs),
+        "output_bytes": int(circuit.size_of_outputs),
+    }

@@ -1,0 +1,1 @@
+"""Latency, bandwidth and utility experiments, and the local demo."""

@@ -1,0 +1,47 @@
+"""``petlab-experiments``: the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from crypto.knn_model import KnnSettings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="petlab-experiments", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="encrypted k-NN on held-out Iris rows, in process")
+    demo.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
+    demo.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
+    demo.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    demo.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="compile cache (default $PETLAB_CACHE_DIR or ~/.cache/petlab/models)",
+    )
+
+    bench = commands.add_parser("knn-bench", help="HE-kNN-V cost figures against n, as CSV")
+    bench.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
+    bench.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
+    bench.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "demo":
+        from experiments.local_demo import run_demo
+
+        return run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
+    if args.command == "knn-bench":
+        from experiments.knn_bench import run_bench
+
+        return run_bench(args.n, args.queries, args.out)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Plain-data release mechanisms (noise and synthetic data) for comparison."""

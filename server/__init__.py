@@ -1,0 +1,1 @@
+"""The data owner's side: datasets, compiled-model cache and (later) the gRPC services."""

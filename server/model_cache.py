@@ -1,0 +1,100 @@
+"""On-disk cache of compiled HE-kNN-V circuits, so a second start does not recompile.
+
+Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`crypto.knn_model.KnnModel.cache_key`
+(training data, settings, circuit configuration, concrete-python version). It holds ``server.zip``
+(concrete's server artifact) and ``meta.json`` with the artifact's SHA-256. Both are written to a
+temporary name and renamed, so a crash never leaves a half entry; an entry whose digest does not
+match (truncated, edited) is discarded and recompiled. The server only loads artifacts it wrote:
+the cache directory is created owner-only (0700).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from concrete import fhe
+
+from crypto.deployment import load_server, save_server
+from crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
+from crypto.knn_model import KnnModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompiledModel:
+    model: KnnModel
+    server: fhe.Server
+    statistics: dict
+    compile_seconds: float  # of the compilation that produced the artifact
+    from_cache: bool
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("PETLAB_CACHE_DIR", Path.home() / ".cache" / "petlab" / "models"))
+
+
+def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | None = None) -> CompiledModel:
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    entry = cache_dir / model.cache_key(config)
+    cached = _load_entry(entry)
+    if cached is not None:
+        server, meta = cached
+        return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True)
+
+    log.info("compiling model %s (n=%d, d=%d): not in cache", model.name, model.plan.n, model.d)
+    started = time.perf_counter()
+    circuit = compile_circuit(model.plan, config)
+    seconds = time.perf_counter() - started
+    statistics = circuit_statistics(circuit)
+    _write_entry(
+        entry, circuit, {"statistics": statistics, "compile_seconds": seconds, "model": model.public_info()}
+    )
+    server = _load_entry(entry)
+    if server is None:
+        raise RuntimeError(f"compiled artifact in {entry} could not be read back")
+    return CompiledModel(model, server[0], statistics, seconds, False)
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_entry(entry: Path) -> tuple[fhe.Server, dict] | None:
+    meta_path, artifact = entry / "meta.json", entry / "server.zip"
+    if not (meta_path.is_file() and artifact.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("sha256") != _digest(artifact):
+            raise ValueError("artifact digest mismatch")
+        return load_server(artifact), meta
+    except Exception as exc:  # a damaged entry is rebuilt, never trusted
+        log.warning("discarding damaged cache entry %s: %s", entry, exc)
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def _write_entry(entry: Path, circuit: fhe.Circuit, meta: dict) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=entry.parent))
+    try:
+        save_server(circuit, staging / "server.zip")
+        meta = {**meta, "sha256": _digest(staging / "server.zip")}
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
