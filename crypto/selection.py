@@ -61,15 +61,19 @@ def best_random_subset(
 def class_prototypes(levels: np.ndarray, labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     """Medoid-like prototypes: per-class k-means centroids snapped to real points."""
     classes, counts = np.unique(labels, return_counts=True)
-    quota = np.maximum(1, np.floor(counts / counts.sum() * n)).astype(int)
-    while quota.sum() < n:  # hand out the remainder to the classes with the most points per slot
-        quota[np.argmax(counts / quota)] += 1
+    quota = np.floor(counts / counts.sum() * n).astype(int)
+    if n >= len(classes):
+        quota = np.maximum(quota, 1)
+    while quota.sum() < n:  # hand the remainder to the classes with the most points per slot
+        quota[np.argmax(counts / (quota + 1))] += 1
     while quota.sum() > n:
-        quota[np.argmax(np.where(quota > 1, quota, 0))] -= 1
+        quota[np.argmax(quota)] -= 1
     chosen: list[int] = []
     for cls, take in zip(classes, quota, strict=True):
         members = np.flatnonzero(labels == cls)
         take = min(take, len(members))
+        if take == 0:
+            continue
         points = levels[members].astype(np.float64)
         centroids = KMeans(n_clusters=take, n_init=4, random_state=seed).fit(points).cluster_centers_
         available = np.ones(len(members), dtype=bool)

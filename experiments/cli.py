@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from crypto.knn_circuit import CircuitConfig
 from crypto.knn_model import KnnSettings
 
 
@@ -29,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
     bench.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
     bench.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
+    bench.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
+    bench.add_argument("--global-p-error", type=float, default=CircuitConfig.global_p_error)
+    bench.add_argument("--strategy", choices=["multi", "mono"], default="multi")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -39,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "knn-bench":
         from experiments.knn_bench import run_bench
 
-        return run_bench(args.n, args.queries, args.out)
+        config = CircuitConfig(
+            sign_bits=args.sign_bits,
+            global_p_error=args.global_p_error,
+            parameter_selection_strategy=args.strategy,
+        )
+        return run_bench(args.n, args.queries, args.out, config)
     return 2
 
 

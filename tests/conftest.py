@@ -1,0 +1,40 @@
+"""Shared, session-scoped fixtures: each circuit is compiled once per test session."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crypto.knn_circuit import CircuitConfig, compile_circuit
+from crypto.knn_model import KnnModel, KnnSettings, build_model
+from server.datasets import Dataset, load_bundled
+
+
+@pytest.fixture(scope="session")
+def iris_split() -> tuple[Dataset, Dataset]:
+    return load_bundled("iris").split()
+
+
+@pytest.fixture(scope="session")
+def iris_model(iris_split) -> KnnModel:
+    train, _ = iris_split
+    return build_model(
+        "iris",
+        train.features,
+        train.labels,
+        KnnSettings(n=40, k=3, bits=4),
+        train.class_names,
+        train.feature_names,
+    )
+
+
+@pytest.fixture(scope="session")
+def iris_circuit(iris_model):
+    """Iris, n = 40, k = 3, 4 bits, compiled for both simulation and real execution."""
+    return compile_circuit(iris_model.plan, CircuitConfig(), simulation=True)
+
+
+@pytest.fixture(scope="session")
+def iris_test_levels(iris_model, iris_split) -> np.ndarray:
+    _, test = iris_split
+    return iris_model.quantizer.transform(test.features)

@@ -1,0 +1,115 @@
+"""Byte-level API error handling and the on-disk compile cache."""
+
+import numpy as np
+import pytest
+
+import server.model_cache as model_cache
+from crypto.deployment import (
+    KnnClient,
+    client_specs_bytes,
+    parse_ciphertext,
+    parse_evaluation_keys,
+    run_encrypted,
+)
+from crypto.knn_circuit import CircuitConfig
+from crypto.knn_model import KnnSettings, build_model
+from server.datasets import load_bundled
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    data = load_bundled("iris")
+    return build_model("iris-tiny", data.features, data.labels, KnnSettings(n=6, k=3, bits=4))
+
+
+@pytest.fixture(scope="module")
+def tiny_compiled(tiny_model, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache") / "models"
+    compiled = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+    yield compiled, cache
+    compiled.server.cleanup()
+
+
+def test_garbage_bytes_are_value_errors(tiny_compiled):
+    with pytest.raises(ValueError, match="ciphertext"):
+        parse_ciphertext(b"\x00garbage" * 10)
+    with pytest.raises(ValueError, match="empty"):
+        parse_ciphertext(b"")
+    with pytest.raises(ValueError, match="evaluation keys"):
+        parse_evaluation_keys(b"not keys at all")
+    with pytest.raises(ValueError, match="client specs"):
+        KnnClient(b"not specs")
+
+
+def test_query_of_another_shape_is_rejected(tiny_compiled, tmp_path):
+    """A query encrypted for another model (13 features, not 4) does not fit. A query of the same
+    shape under another client's keys cannot be told apart (ciphertexts look random); the network
+    layer binds each query to a registered key id and its model instead."""
+    compiled, _ = tiny_compiled
+    tiny_client = KnnClient(client_specs_bytes(compiled.server))
+    tiny_client.generate_keys(secret_seed=1, encryption_seed=2)
+    keys = parse_evaluation_keys(tiny_client.evaluation_keys_bytes())
+    own = run_encrypted(compiled.server, keys, parse_ciphertext(tiny_client.encrypt(np.zeros(4))))
+    assert tiny_client.decrypt_class(own) in (0, 1, 2)
+
+    wine = load_bundled("wine")
+    wine_model = build_model("wine", wine.features, wine.labels, KnnSettings(n=6, k=3))
+    wine_compiled = model_cache.load_or_compile(wine_model, CircuitConfig(), tmp_path)
+    other = KnnClient(client_specs_bytes(wine_compiled.server))
+    wine_compiled.server.cleanup()
+    other.generate_keys(secret_seed=3, encryption_seed=4)
+    foreign = parse_ciphertext(other.encrypt(np.zeros(13, dtype=np.int64)))
+    with pytest.raises(ValueError, match="does not fit"):
+        run_encrypted(compiled.server, keys, foreign)
+
+
+def test_evaluation_keys_carry_no_secret_key(tiny_compiled):
+    compiled, _ = tiny_compiled
+    client = KnnClient(client_specs_bytes(compiled.server))
+    client.generate_keys(secret_seed=5, encryption_seed=6)
+    public = client.evaluation_keys_bytes()
+    everything = client.secret_keys_bytes()
+    assert len(everything) > len(public)
+
+
+def test_second_load_comes_from_cache(tiny_model, tiny_compiled, monkeypatch):
+    _, cache = tiny_compiled
+    assert cache.stat().st_mode & 0o777 == 0o700
+
+    def must_not_compile(*args, **kwargs):
+        raise AssertionError("recompiled although the cache holds the artifact")
+
+    monkeypatch.setattr(model_cache, "compile_circuit", must_not_compile)
+    again = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+    try:
+        assert again.from_cache and again.statistics["pbs_count"] > 0
+    finally:
+        again.server.cleanup()
+
+
+def test_damaged_entry_is_recompiled(tiny_model, tmp_path):
+    first = model_cache.load_or_compile(tiny_model, CircuitConfig(), tmp_path)
+    first.server.cleanup()
+    artifact = tmp_path / tiny_model.cache_key(CircuitConfig()) / "server.zip"
+    artifact.write_bytes(artifact.read_bytes()[:100])
+    second = model_cache.load_or_compile(tiny_model, CircuitConfig(), tmp_path)
+    try:
+        assert not second.from_cache
+    finally:
+        second.server.cleanup()
+
+
+def test_cache_key_depends_on_data_and_configuration(tiny_model):
+    data = load_bundled("iris")
+    other = build_model("iris-tiny", data.features, data.labels, KnnSettings(n=6, k=3, bits=4, seed=9))
+    base = tiny_model.cache_key(CircuitConfig())
+    assert base == tiny_model.cache_key(CircuitConfig())
+    assert base != tiny_model.cache_key(CircuitConfig(sign_bits=3))
+    if not np.array_equal(other.plan.train, tiny_model.plan.train):
+        assert base != other.cache_key(CircuitConfig())
+
+
+def test_public_info_hides_n_k_and_training_data(tiny_model):
+    info = tiny_model.public_info()
+    assert set(info) == {"name", "d", "bits", "class_names", "feature_names", "quantizer"}
+    assert "n" not in info and "k" not in info

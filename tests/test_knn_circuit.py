@@ -1,0 +1,112 @@
+"""Encrypted HE-kNN-V against the clear reference: simulation on many queries, real encryption on
+a few, through the byte-level client/server API."""
+
+import numpy as np
+import pytest
+
+from crypto.deployment import (
+    KnnClient,
+    client_specs_bytes,
+    parse_ciphertext,
+    parse_evaluation_keys,
+    run_encrypted,
+)
+from crypto.knn_circuit import CircuitConfig, compile_circuit
+from crypto.knn_model import KnnSettings, build_model
+from crypto.knn_plan import build_plan
+from crypto.knn_reference import classify
+from server.datasets import load_bundled
+
+
+def simulate_all(circuit, queries):
+    return np.array([int(circuit.simulate(q)) for q in queries])
+
+
+def test_iris_simulation_equals_reference(iris_circuit, iris_model, iris_test_levels):
+    plan = iris_model.plan
+    rng = np.random.default_rng(11)
+    corners = np.array(np.meshgrid(*[[0, plan.max_level]] * plan.d)).reshape(plan.d, -1).T
+    queries = np.vstack([iris_test_levels, corners, rng.integers(0, 16, size=(40, plan.d))])
+    assert len(iris_test_levels) >= 30
+    assert np.array_equal(simulate_all(iris_circuit, queries), classify(plan, queries))
+
+
+def test_iris_circuit_makes_only_upper_triangle_comparisons(iris_circuit, iris_model):
+    plan = iris_model.plan
+    removed = plan.difference_bits - CircuitConfig().sign_bits
+    per_pair = removed + 1  # one PBS per truncated bit, one sign lookup
+    # pairs, then n mask lookups and the argmax tournament (at most 16 PBS per class); comparing
+    # all n(n-1) ordered pairs would cost n_pairs * per_pair more
+    pbs = iris_circuit.programmable_bootstrap_count
+    assert plan.n_pairs * per_pair + plan.n <= pbs <= plan.n_pairs * per_pair + plan.n + 16 * plan.n_classes
+
+
+@pytest.mark.slow
+def test_iris_real_encryption_equals_reference(iris_circuit, iris_model, iris_test_levels, tmp_path):
+    """Five held-out queries encrypted for real, through serialized bytes only."""
+    from crypto.deployment import load_server, save_server
+
+    save_server(iris_circuit, tmp_path / "server.zip")
+    server = load_server(tmp_path / "server.zip")
+    try:
+        client = KnnClient(client_specs_bytes(server))
+        client.generate_keys()
+        evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
+        queries = iris_test_levels[:5]
+        answers = [
+            client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
+            for q in queries
+        ]
+    finally:
+        server.cleanup()
+    assert answers == classify(iris_model.plan, queries).tolist()
+
+
+@pytest.mark.parametrize("n", [2, 3, 10])
+def test_small_n_simulation_equals_reference(n):
+    """Small n explicitly: an int4-sized rank tensor once simulated wrongly at n = 10."""
+    data = load_bundled("iris")
+    model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=min(3, n), bits=4))
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    queries = np.random.default_rng(n).integers(0, 16, size=(60, 4))
+    assert np.array_equal(simulate_all(circuit, queries), classify(model.plan, queries))
+
+
+def test_ten_classes_and_ties_in_simulation():
+    """Digits has 10 classes (a 4-level argmax tournament); 2-bit features make many equal
+    distances, so the tie rules are exercised inside the circuit too."""
+    data = load_bundled("digits")
+    features = data.features[:, [18, 21, 26, 29, 34, 37, 42, 45]]
+    model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2))
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    queries = np.random.default_rng(3).integers(0, 4, size=(80, features.shape[1]))
+    expected = classify(model.plan, queries)
+    assert len(np.unique(expected)) > 2
+    distances = ((queries[:, None, :] - model.plan.train[None]) ** 2).sum(axis=-1)
+    kth, next_ = np.sort(distances, axis=1)[:, 3:5].T
+    assert np.sum(kth == next_) >= 10  # equal distances straddle the k-th neighbour
+    assert np.array_equal(simulate_all(circuit, queries), expected)
+
+
+def test_two_classes_in_simulation():
+    data = load_bundled("breast_cancer")
+    model = build_model("breast_cancer", data.features[:, :6], data.labels, KnnSettings(n=12, k=5))
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    queries = np.random.default_rng(5).integers(0, 16, size=(60, 6))
+    assert np.array_equal(simulate_all(circuit, queries), classify(model.plan, queries))
+
+
+def test_k_equal_to_n_in_simulation():
+    plan = build_plan(np.array([[0, 1], [3, 2], [1, 1]]), np.array([1, 0, 1]), 2, 3, 2)
+    circuit = compile_circuit(plan, CircuitConfig(), simulation=True)
+    queries = np.random.default_rng(0).integers(0, 4, size=(10, 2))
+    assert simulate_all(circuit, queries).tolist() == [1] * 10
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="sign_bits"):
+        CircuitConfig(sign_bits=1)
+    with pytest.raises(ValueError, match="probability"):
+        CircuitConfig(global_p_error=0.0)
+    with pytest.raises(ValueError, match="multi"):
+        CircuitConfig(parameter_selection_strategy="fast")
