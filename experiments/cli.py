@@ -15,8 +15,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="petlab-experiments", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="encrypted k-NN on held-out Iris rows, in process")
-    demo.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
+    demo = commands.add_parser("demo", help="server and client processes: both protocols on Iris")
+    demo.add_argument("--rows", type=int, default=3, help="held-out rows to classify (default 3)")
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".petlab-cache/demo-server"),
+        help="the demo server's data directory (compile cache, keys)",
+    )
+
+    local = commands.add_parser("local-demo", help="encrypted k-NN on held-out Iris rows, in process")
+    local.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
     demo.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
     demo.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
     demo.add_argument(
@@ -37,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
+        from experiments.grpc_demo import run_demo
+
+        return run_demo(args.rows, args.data_dir)
+    if args.command == "local-demo":
         from experiments.local_demo import run_demo
 
         return run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)

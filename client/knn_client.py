@@ -1,0 +1,220 @@
+"""The device's side of encrypted k-NN over gRPC: a thin layer over ``crypto.deployment``.
+
+Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
+``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
+atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
+answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
+once, and the call retried. Byte counts are the serialized sizes of the messages on the wire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+from tqdm import tqdm
+
+from crypto.deployment import KnnClient
+from crypto.quantization import MinMaxQuantizer
+from protos import knn_pb2, knn_pb2_grpc
+
+CHUNK_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = 8 << 20
+
+
+@dataclass
+class CallStats:
+    method: str
+    seconds: float
+    bytes_sent: int
+    bytes_received: int
+
+
+@dataclass
+class PreparedModel:
+    info: knn_pb2.ModelInfo
+    client: KnnClient
+    quantizer: MinMaxQuantizer
+    directory: Path
+    key_id: str = ""
+    keygen_seconds: float = 0.0
+    key_bytes: int = 0
+
+
+@dataclass
+class KnnRemote:
+    channel: grpc.Channel
+    server_label: str
+    cache_dir: Path = field(default_factory=lambda: default_cache_dir())
+    timeout: float | None = None
+    show_progress: bool = True
+    stats: list[CallStats] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stub = knn_pb2_grpc.KnnServiceStub(self.channel)
+
+    # ------------------------------------------------------------------ setup
+
+    def models(self) -> list[knn_pb2.ModelInfo]:
+        return list(self._unary("ListModels", knn_pb2.ListModelsRequest()).models)
+
+    def prepare(self, model: str) -> PreparedModel:
+        """Client specs, cached or fresh keys, and a registered key id."""
+        reply = self._unary("GetClientSpecs", knn_pb2.GetClientSpecsRequest(model=model))
+        directory = self.cache_dir / _safe(self.server_label) / _safe(model) / reply.specs_sha256[:16]
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        client = KnnClient(reply.client_specs)
+        quantizer = MinMaxQuantizer(
+            reply.model.bits, tuple(reply.model.feature_lows), tuple(reply.model.feature_highs)
+        )
+        prepared = PreparedModel(reply.model, client, quantizer, directory)
+        keys_file = directory / "keys.bin"
+        if keys_file.is_file():
+            client.load_keys(keys_file.read_bytes())
+        else:
+            self._say(f"generating keys for {model} (once per model; takes a while)")
+            started = time.perf_counter()
+            client.generate_keys()
+            prepared.keygen_seconds = time.perf_counter() - started
+            _write_owner_only(keys_file, client.secret_keys_bytes())
+        id_file = directory / "key_id"
+        prepared.key_id = id_file.read_text().strip() if id_file.is_file() else ""
+        if not prepared.key_id:
+            self.upload_keys(prepared)
+        return prepared
+
+    def upload_keys(self, prepared: PreparedModel) -> str:
+        data = prepared.client.evaluation_keys_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        prepared.key_bytes = len(data)
+        bar = tqdm(
+            total=len(data),
+            unit="B",
+            unit_scale=True,
+            desc="uploading evaluation keys",
+            disable=not self.show_progress,
+            leave=False,
+        )
+
+        sent = 0
+
+        def chunks() -> Iterator[knn_pb2.KeyChunk]:
+            nonlocal sent
+            for offset in range(0, len(data), CHUNK_BYTES):
+                piece = data[offset : offset + CHUNK_BYTES]
+                if offset == 0:
+                    message = knn_pb2.KeyChunk(
+                        model=prepared.info.name, total_size=len(data), sha256=digest, data=piece
+                    )
+                else:
+                    message = knn_pb2.KeyChunk(data=piece)
+                sent += message.ByteSize()
+                bar.update(len(piece))
+                yield message
+
+        started = time.perf_counter()
+        try:
+            reply = self.stub.RegisterKeys(chunks(), timeout=self.timeout)
+        finally:
+            bar.close()
+        self.stats.append(CallStats("RegisterKeys", time.perf_counter() - started, sent, reply.ByteSize()))
+        prepared.key_id = reply.key_id
+        _write_owner_only(prepared.directory / "key_id", reply.key_id.encode())
+        return reply.key_id
+
+    # ------------------------------------------------------------------ queries
+
+    def classify(self, prepared: PreparedModel, features: np.ndarray) -> int:
+        """Class index of one row of raw features."""
+        query = prepared.client.encrypt(prepared.quantizer.transform(np.asarray(features, dtype=float)))
+
+        def call():
+            request = knn_pb2.ClassifyRequest(
+                model=prepared.info.name, key_id=prepared.key_id, encrypted_query=query
+            )
+            return self._unary("Classify", request).encrypted_class
+
+        return prepared.client.decrypt_class(self._with_key(prepared, call))
+
+    def classify_batch(self, prepared: PreparedModel, rows: np.ndarray, batch_size: int = 8) -> list[int]:
+        levels = prepared.quantizer.transform(np.asarray(rows, dtype=float))
+        answers: list[int] = []
+        bar = tqdm(total=len(levels), desc="classifying", unit="row", disable=not self.show_progress)
+        for start in range(0, len(levels), batch_size):
+            queries = [prepared.client.encrypt(q) for q in levels[start : start + batch_size]]
+
+            def call(queries=queries):
+                request = knn_pb2.ClassifyBatchRequest(
+                    model=prepared.info.name, key_id=prepared.key_id, encrypted_queries=queries
+                )
+                return self._unary("ClassifyBatch", request).encrypted_classes
+
+            answers += [prepared.client.decrypt_class(r) for r in self._with_key(prepared, call)]
+            bar.update(len(queries))
+        bar.close()
+        return answers
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _with_key(self, prepared: PreparedModel, call):
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND or "key id" not in (exc.details() or ""):
+                raise
+            self._say("the server no longer knows our evaluation keys; uploading them again")
+            self.upload_keys(prepared)
+            return call()
+
+    def _unary(self, method: str, request):
+        started = time.perf_counter()
+        reply = getattr(self.stub, method)(request, timeout=self.timeout)
+        self.stats.append(
+            CallStats(method, time.perf_counter() - started, request.ByteSize(), reply.ByteSize())
+        )
+        return reply
+
+    def _say(self, message: str) -> None:
+        if self.show_progress:
+            tqdm.write(message)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("PETLAB_CLIENT_CACHE", Path.home() / ".cache" / "petlab"))
+
+
+def make_channel(
+    address: str, tls_ca: Path | None = None, tls_cert: Path | None = None, tls_key: Path | None = None
+) -> grpc.Channel:
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ]
+    if tls_ca or tls_cert:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=tls_ca.read_bytes() if tls_ca else None,
+            private_key=tls_key.read_bytes() if tls_key else None,
+            certificate_chain=tls_cert.read_bytes() if tls_cert else None,
+        )
+        return grpc.secure_channel(address, credentials, options)
+    return grpc.insecure_channel(address, options)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
+
+
+def _write_owner_only(path: Path, data: bytes) -> None:
+    staging = path.with_name(f".{path.name}.tmp")
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.chmod(staging, 0o600)
+    os.replace(staging, path)

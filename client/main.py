@@ -1,0 +1,160 @@
+"""``petlab-client``: classify records with a data owner's model without revealing them.
+
+petlab-client classify --server HOST:PORT --model iris --features 5.1,3.5,1.4,0.2
+petlab-client classify --server HOST:PORT --model iris --csv rows.csv --stats
+petlab-client paillier-classify ...   (the interactive, leaky baseline, for comparison)
+petlab-client models --server HOST:PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
+from client.paillier_client import paillier_classify
+from crypto.paillier_knn import generate_keypair
+from protos import knn_pb2, knn_pb2_grpc
+
+
+def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
+    if args.features:
+        try:
+            row = [float(v) for v in args.features.split(",")]
+        except ValueError:
+            raise SystemExit(f"--features must be {info.d} comma-separated numbers") from None
+        if len(row) != info.d:
+            raise SystemExit(
+                f"model {info.name} takes {info.d} features ({', '.join(info.feature_names)}), got {len(row)}"
+            )
+        return np.array([row])
+    frame = pd.read_csv(args.csv)
+    names = list(info.feature_names)
+    if all(name in frame.columns for name in names):
+        frame = frame[names]
+    else:
+        frame = frame.select_dtypes("number").iloc[:, : info.d]
+    if frame.shape[1] != info.d or frame.isna().any().any():
+        raise SystemExit(
+            f"{args.csv}: need {info.d} numeric feature columns without gaps "
+            f"(named {', '.join(names)}, or the first {info.d} numeric columns)"
+        )
+    return frame.to_numpy(dtype=float)
+
+
+def print_stats(stats: list[CallStats], header: str) -> None:
+    print(f"# {header}", file=sys.stderr)
+    print(f"# {'call':<14} {'latency s':>10} {'bytes sent':>12} {'bytes received':>15}", file=sys.stderr)
+    for s in stats:
+        print(
+            f"# {s.method:<14} {s.seconds:>10.3f} {s.bytes_sent:>12} {s.bytes_received:>15}", file=sys.stderr
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="petlab-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", required=True, help="HOST:PORT of the data owner's server")
+    common.add_argument("--timeout", type=float, default=600.0, help="per-call deadline, seconds")
+    common.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
+    common.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
+    common.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
+    commands.add_parser("models", parents=[common], help="list the server's models")
+    for name, text in (
+        ("classify", "encrypted k-NN (HE-kNN-V)"),
+        ("paillier-classify", "interactive Paillier baseline"),
+    ):
+        command = commands.add_parser(name, parents=[common], help=text)
+        command.add_argument("--model", required=True)
+        rows = command.add_mutually_exclusive_group(required=True)
+        rows.add_argument("--features", help="comma-separated feature values of one record")
+        rows.add_argument("--csv", type=Path, help="a CSV of records, one class printed per row")
+        command.add_argument("--stats", action="store_true", help="print latency and bytes per call")
+        command.add_argument("--stats-json", type=Path, help="write per-call latency and bytes as JSON")
+        command.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=default_cache_dir(),
+            help="key cache (default $PETLAB_CLIENT_CACHE or ~/.cache/petlab)",
+        )
+        command.add_argument("--quiet", action="store_true", help="no progress output")
+    args = parser.parse_args(argv)
+
+    channel = make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key)
+    try:
+        return run(args, channel)
+    except grpc.RpcError as exc:
+        print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    finally:
+        channel.close()
+
+
+def run(args, channel) -> int:
+    if args.command == "models":
+        for info in (
+            knn_pb2_grpc.KnnServiceStub(channel)
+            .ListModels(knn_pb2.ListModelsRequest(), timeout=args.timeout)
+            .models
+        ):
+            print(f"{info.name}: d={info.d}, {info.bits} bits, classes {', '.join(info.class_names)}")
+        return 0
+    remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
+    if args.command == "classify":
+        prepared = remote.prepare(args.model)
+        rows = read_rows(args, prepared.info)
+        if len(rows) == 1:
+            classes = [remote.classify(prepared, rows[0])]
+        else:
+            classes = remote.classify_batch(prepared, rows)
+        stats_header = f"encrypted k-NN; keygen {prepared.keygen_seconds:.1f} s (0 if cached)"
+    else:
+        info = next((m for m in remote.models() if m.name == args.model), None)
+        if info is None:
+            print(f"petlab-client: NOT_FOUND: no model named {args.model!r}", file=sys.stderr)
+            return 1
+        rows = read_rows(args, info)
+        started = time.perf_counter()
+        keypair = generate_keypair()
+        stats_header = f"Paillier baseline; keygen {time.perf_counter() - started:.1f} s"
+        prepared = None
+        classes = [
+            paillier_classify(channel, info, row, keypair, remote.stats, args.timeout)
+            for row in tqdm(rows, disable=args.quiet or len(rows) == 1, desc="classifying")
+        ]
+    names = (prepared.info if prepared else info).class_names
+    for cls in classes:
+        print(names[cls])
+    if args.stats:
+        print_stats(remote.stats, stats_header)
+    if args.stats_json:
+        key_bytes = len(prepared.client.evaluation_keys_bytes()) if prepared else 0
+        args.stats_json.write_text(
+            json.dumps(
+                {
+                    "protocol": args.command,
+                    "rows": len(rows),
+                    "classes": [names[c] for c in classes],
+                    "evaluation_key_bytes": key_bytes,
+                    "calls": [asdict(s) for s in remote.stats],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

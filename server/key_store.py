@@ -1,0 +1,214 @@
+"""Persistent store of clients' evaluation keys (public keys: they let the server compute, never
+decrypt).
+
+Layout under the data directory: ``keys/<key_id>.bin`` (one file per key, mode 0600) and
+``keys/index.sqlite`` (owner, model, size, digest, created and last-used times). Uploads stream into
+a temporary file that is renamed into place only once its size and SHA-256 match what the client
+announced, so a crash or a truncated upload never leaves a half key behind. Keys idle for longer
+than ``idle_seconds`` expire; when the total size passes ``max_bytes`` the least recently used keys
+are evicted. The store survives restarts; on start it removes temporary files and any file or index
+row without its partner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+class KeyStoreError(Exception):
+    """Base class; the message is meant for the person who made the request."""
+
+
+class KeyNotFound(KeyStoreError):
+    pass
+
+
+class MalformedKeyId(KeyStoreError):
+    pass
+
+
+class KeyForAnotherModel(KeyStoreError):
+    pass
+
+
+class KeyTooLarge(KeyStoreError):
+    pass
+
+
+class UploadMismatch(KeyStoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    key_id: str
+    owner: str
+    model: str
+    size: int
+    created: float
+    last_used: float
+
+
+class KeyStore:
+    def __init__(
+        self,
+        directory: Path,
+        max_bytes: int,
+        idle_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ):
+        if max_bytes <= 0 or idle_seconds <= 0:
+            raise ValueError("key store size cap and idle time must be positive")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.max_bytes, self.idle_seconds, self._clock = int(max_bytes), float(idle_seconds), clock
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.directory / "index.sqlite", check_same_thread=False)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS keys (key_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+            "model TEXT NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL, "
+            "created REAL NOT NULL, last_used REAL NOT NULL)"
+        )
+        self._db.commit()
+        self._reconcile()
+
+    # ------------------------------------------------------------------ public API
+
+    def put(self, model: str, owner: str, total_size: int, sha256: str, chunks: Iterable[bytes]) -> StoredKey:
+        """Stream an upload to disk; the key becomes visible only when complete and verified."""
+        if total_size <= 0:
+            raise UploadMismatch("the upload must announce its total size in the first chunk")
+        if total_size > self.max_bytes:
+            raise KeyTooLarge(
+                f"evaluation keys of {total_size} bytes exceed this server's cap of {self.max_bytes} bytes"
+            )
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
+            raise UploadMismatch("the first chunk must carry the upload's SHA-256 as 64 hex digits")
+        key_id = secrets.token_hex(16)
+        staging = self.directory / f".upload-{key_id}"
+        digest, received = hashlib.sha256(), 0
+        try:
+            with open(staging, "xb", opener=_owner_only) as handle:
+                for chunk in chunks:
+                    received += len(chunk)
+                    if received > total_size:
+                        raise UploadMismatch(f"the upload sent more than the announced {total_size} bytes")
+                    digest.update(chunk)
+                    handle.write(chunk)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if received != total_size:
+                raise UploadMismatch(f"the upload ended after {received} of the announced {total_size} bytes")
+            if digest.hexdigest() != sha256:
+                raise UploadMismatch("the uploaded bytes do not match the announced SHA-256")
+            now = self._clock()
+            with self._lock:
+                self._evict_for(total_size)
+                os.replace(staging, self._path(key_id))
+                self._db.execute(
+                    "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (key_id, owner, model, total_size, sha256, now, now),
+                )
+                self._db.commit()
+            return StoredKey(key_id, owner, model, total_size, now, now)
+        finally:
+            staging.unlink(missing_ok=True)
+
+    def read(self, key_id: str, model: str) -> bytes:
+        """The key's bytes, after checking it exists, has not expired and belongs to ``model``."""
+        path = self.touch(key_id, model)
+        return path.read_bytes()
+
+    def touch(self, key_id: str, model: str) -> Path:
+        if not KEY_ID_PATTERN.fullmatch(key_id or ""):
+            raise MalformedKeyId("a key id is 32 lowercase hex digits, as returned by RegisterKeys")
+        with self._lock:
+            self._expire_locked()
+            row = self._db.execute("SELECT model FROM keys WHERE key_id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise KeyNotFound(f"unknown or expired key id {key_id}; upload your evaluation keys again")
+            if row[0] != model:
+                raise KeyForAnotherModel(
+                    f"key id {key_id} was registered for model {row[0]!r}, not {model!r}"
+                )
+            self._db.execute("UPDATE keys SET last_used = ? WHERE key_id = ?", (self._clock(), key_id))
+            self._db.commit()
+        return self._path(key_id)
+
+    def forget(self, key_id: str) -> None:
+        with self._lock:
+            self._delete_locked([key_id])
+
+    def list(self) -> list[StoredKey]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key_id, owner, model, size, created, last_used FROM keys ORDER BY created"
+            ).fetchall()
+        return [StoredKey(*row) for row in rows]
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(SUM(size), 0) FROM keys").fetchone()[0])
+
+    def expire(self) -> list[str]:
+        with self._lock:
+            return self._expire_locked()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _path(self, key_id: str) -> Path:
+        return self.directory / f"{key_id}.bin"
+
+    def _delete_locked(self, key_ids: list[str]) -> None:
+        for key_id in key_ids:
+            self._path(key_id).unlink(missing_ok=True)
+            self._db.execute("DELETE FROM keys WHERE key_id = ?", (key_id,))
+        self._db.commit()
+
+    def _expire_locked(self) -> list[str]:
+        cutoff = self._clock() - self.idle_seconds
+        stale = [r[0] for r in self._db.execute("SELECT key_id FROM keys WHERE last_used < ?", (cutoff,))]
+        self._delete_locked(stale)
+        return stale
+
+    def _evict_for(self, incoming: int) -> None:
+        """Least-recently-used eviction until ``incoming`` more bytes fit under the cap."""
+        self._expire_locked()
+        rows = self._db.execute("SELECT key_id, size FROM keys ORDER BY last_used").fetchall()
+        total = sum(size for _, size in rows)
+        victims = []
+        for key_id, size in rows:
+            if total + incoming <= self.max_bytes:
+                break
+            victims.append(key_id)
+            total -= size
+        self._delete_locked(victims)
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            for leftover in self.directory.glob(".upload-*"):
+                leftover.unlink(missing_ok=True)
+            known = {r[0] for r in self._db.execute("SELECT key_id FROM keys")}
+            on_disk = {p.stem for p in self.directory.glob("*.bin")}
+            for orphan in on_disk - known:
+                self._path(orphan).unlink(missing_ok=True)
+            self._delete_locked(sorted(known - on_disk))
+
+
+def _owner_only(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)

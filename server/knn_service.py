@@ -1,0 +1,194 @@
+"""gRPC servicer for encrypted k-NN: a thin layer over ``crypto.deployment`` and the key store.
+
+Every request field is validated before any work, and every failure is answered with a status and
+a sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -> NOT_FOUND; a key
+registered for another model -> FAILED_PRECONDITION; a ciphertext that does not deserialize or does
+not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED. Evaluations of
+one model are serialised by a lock (concrete already uses every core within one evaluation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import grpc
+from concrete import fhe
+
+from crypto.deployment import client_specs_bytes, parse_ciphertext, parse_evaluation_keys, run_encrypted
+from crypto.knn_model import KnnModel
+from protos import knn_pb2, knn_pb2_grpc
+from server.call_log import logged_stream_in, logged_unary
+from server.key_store import (
+    KeyForAnotherModel,
+    KeyNotFound,
+    KeyStore,
+    KeyTooLarge,
+    MalformedKeyId,
+    UploadMismatch,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_BYTES = 1 << 20
+MAX_BATCH = 64
+KEY_CACHE_ENTRIES = 2  # deserialised evaluation keys kept in memory (tens to hundreds of MB each)
+
+
+@dataclass
+class HostedModel:
+    model: KnnModel
+    server: fhe.Server
+    dataset: str
+    specs: bytes = b""
+    specs_sha256: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.specs = client_specs_bytes(self.server)
+        self.specs_sha256 = hashlib.sha256(self.specs).hexdigest()
+
+    def info(self) -> knn_pb2.ModelInfo:
+        quantizer = self.model.quantizer
+        return knn_pb2.ModelInfo(
+            name=self.model.name,
+            dataset=self.dataset,
+            d=self.model.d,
+            bits=quantizer.bits,
+            class_names=self.model.class_names,
+            feature_names=self.model.feature_names,
+            feature_lows=quantizer.lows,
+            feature_highs=quantizer.highs,
+        )
+
+
+class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
+    def __init__(self, models: dict[str, HostedModel], keys: KeyStore):
+        self._models, self._keys = models, keys
+        self._key_cache: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
+        self._key_cache_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ RPCs
+
+    @logged_unary
+    def ListModels(self, request, context):
+        return knn_pb2.ListModelsResponse(models=[m.info() for m in self._models.values()])
+
+    @logged_unary
+    def GetClientSpecs(self, request, context):
+        hosted = self._model(request.model, context)
+        return knn_pb2.GetClientSpecsResponse(
+            model=hosted.info(), client_specs=hosted.specs, specs_sha256=hosted.specs_sha256
+        )
+
+    @logged_stream_in
+    def RegisterKeys(self, request_iterator, context):
+        first = next(request_iterator, None)
+        if first is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
+        hosted = self._model(first.model, context)
+
+        def chunks():
+            yield first.data
+            for chunk in request_iterator:
+                if chunk.model or chunk.total_size or chunk.sha256:
+                    raise UploadMismatch("only the first chunk may carry model, total_size and sha256")
+                yield chunk.data
+
+        owner = context.peer() or "unknown"
+        try:
+            stored = self._keys.put(hosted.model.name, owner, first.total_size, first.sha256, chunks())
+        except KeyTooLarge as exc:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except UploadMismatch as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
+        return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
+
+    @logged_unary
+    def Classify(self, request, context):
+        hosted = self._model(request.model, context)
+        keys = self._evaluation_keys(request.key_id, hosted, context)
+        query = self._ciphertext(request.encrypted_query, context)
+        return knn_pb2.ClassifyResponse(encrypted_class=self._run(hosted, keys, query, context))
+
+    @logged_unary
+    def ClassifyBatch(self, request, context):
+        hosted = self._model(request.model, context)
+        if not request.encrypted_queries:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
+        if len(request.encrypted_queries) > MAX_BATCH:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
+            )
+        keys = self._evaluation_keys(request.key_id, hosted, context)
+        queries = [self._ciphertext(q, context) for q in request.encrypted_queries]
+        results = []
+        for query in queries:
+            if not context.is_active():
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call ended before the batch finished")
+            results.append(self._run(hosted, keys, query, context))
+        return knn_pb2.ClassifyBatchResponse(encrypted_classes=results)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _model(self, name: str, context) -> HostedModel:
+        if not name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request does not name a model")
+        hosted = self._models.get(name)
+        if hosted is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"no model named {name!r}; this server hosts {', '.join(sorted(self._models))}",
+            )
+        return hosted
+
+    def _ciphertext(self, data: bytes, context) -> fhe.Value:
+        if len(data) > MAX_QUERY_BYTES:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}",
+            )
+        try:
+            return parse_ciphertext(data)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
+
+    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context) -> fhe.EvaluationKeys:
+        try:
+            path = self._keys.touch(key_id, hosted.model.name)
+        except MalformedKeyId as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except KeyNotFound as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except KeyForAnotherModel as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        with self._key_cache_lock:
+            if key_id in self._key_cache:
+                self._key_cache.move_to_end(key_id)
+                return self._key_cache[key_id]
+        try:
+            keys = parse_evaluation_keys(path.read_bytes())
+        except (ValueError, OSError) as exc:
+            self._keys.forget(key_id)
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"the registered evaluation keys are unusable: {exc}"
+            )
+        with self._key_cache_lock:
+            self._key_cache[key_id] = keys
+            while len(self._key_cache) > KEY_CACHE_ENTRIES:
+                self._key_cache.popitem(last=False)
+        return keys
+
+    def _run(self, hosted: HostedModel, keys: fhe.EvaluationKeys, query: fhe.Value, context) -> bytes:
+        with hosted.lock:
+            if not context.is_active():
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call ended before evaluation began")
+            try:
+                return run_encrypted(hosted.server, keys, query)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

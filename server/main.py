@@ -1,0 +1,276 @@
+"""``petlab-server``: the data owner's gRPC server.
+
+``petlab-server serve --port 50051 --data-dir DIR --model iris`` hosts encrypted k-NN models (and the
+Paillier baseline over the same training points) with gRPC health checking and server reflection.
+Every flag can also come from an environment variable (``PETLAB_PORT``, ``PETLAB_DATA_DIR``,
+``PETLAB_MODELS`` as a comma-separated list, ...; see ``--help``). Without ``--tls-cert/--tls-key``
+the server listens in plaintext and only on a loopback address, and says so in its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from crypto.knn_circuit import CircuitConfig
+from crypto.knn_model import KnnSettings, build_model
+from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from server.datasets import BUNDLED, load_bundled, load_csv
+from server.key_store import KeyStore
+from server.knn_service import HostedModel, KnnServicer
+from server.model_cache import load_or_compile
+from server.paillier_service import PaillierServicer
+
+log = logging.getLogger("petlab.server")
+
+KNN_SERVICE = knn_pb2.DESCRIPTOR.services_by_name["KnnService"].full_name
+PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"].full_name
+MAX_MESSAGE_BYTES = 8 << 20
+KEY_CHUNK_LIMIT = 4 << 20
+
+
+@dataclass
+class ServerOptions:
+    data_dir: Path
+    models: list[str]
+    host: str = "127.0.0.1"
+    port: int = 50051
+    settings: KnnSettings = field(default_factory=KnnSettings)
+    label_column: str = "label"
+    key_idle_seconds: float = 24 * 3600
+    key_cap_bytes: int = 4 << 30
+    workers: int = 8
+    max_concurrent_rpcs: int = 32
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    allow_insecure: bool = False
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    keys: KeyStore
+    hosted: dict[str, HostedModel]
+    _expiry_stop: threading.Event
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        self._expiry_stop.set()
+        self.keys.close()
+        for hosted in self.hosted.values():
+            hosted.server.cleanup()
+
+
+def load_models(options: ServerOptions) -> dict[str, HostedModel]:
+    hosted = {}
+    for spec in options.models:
+        name, _, csv_path = spec.partition("=")
+        dataset = load_csv(Path(csv_path), options.label_column, name) if csv_path else load_bundled(name)
+        train, _ = dataset.split()
+        model = build_model(
+            name, train.features, train.labels, options.settings, train.class_names, train.feature_names
+        )
+        compiled = load_or_compile(model, CircuitConfig(), options.data_dir / "models")
+        log.info(
+            "model %s ready (%s, %d PBS per query)",
+            name,
+            "from cache" if compiled.from_cache else f"compiled in {compiled.compile_seconds:.1f} s",
+            compiled.statistics["pbs_count"],
+        )
+        hosted[name] = HostedModel(model, compiled.server, dataset=Path(csv_path).name if csv_path else name)
+    return hosted
+
+
+def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:
+    """Build and start the server (models compiled or loaded from the cache unless given)."""
+    if not options.models and not hosted:
+        raise ValueError("no model to serve: give at least one --model")
+    plaintext = not (options.tls_cert and options.tls_key)
+    if plaintext and not _is_loopback(options.host) and not options.allow_insecure:
+        raise ValueError(
+            f"refusing plaintext on non-loopback address {options.host}: give "
+            "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
+        )
+    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    hosted = hosted if hosted is not None else load_models(options)
+    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds)
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
+        maximum_concurrent_rpcs=options.max_concurrent_rpcs,
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+    )
+    knn_pb2_grpc.add_KnnServiceServicer_to_server(KnnServicer(hosted, keys), server)
+    paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
+        PaillierServicer({name: h.model for name, h in hosted.items()}), server
+    )
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (KNN_SERVICE, PAILLIER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+    address = f"{options.host}:{options.port}"
+    if options.tls_cert and options.tls_key:
+        client_ca = options.tls_client_ca.read_bytes() if options.tls_client_ca else None
+        credentials = grpc.ssl_server_credentials(
+            [(options.tls_key.read_bytes(), options.tls_cert.read_bytes())],
+            root_certificates=client_ca,
+            require_client_auth=client_ca is not None,
+        )
+        port = server.add_secure_port(address, credentials)
+        log.info("listening with TLS%s on %s:%d", " (mutual)" if client_ca else "", options.host, port)
+    else:
+        port = server.add_insecure_port(address)
+        log.warning("listening WITHOUT TLS on %s:%d: plaintext is for local demos only", options.host, port)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    server.start()
+    for service in ("", KNN_SERVICE, PAILLIER_SERVICE):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    stop_expiry = threading.Event()
+
+    def expire_keys() -> None:
+        while not stop_expiry.wait(min(60.0, options.key_idle_seconds / 4)):
+            for key_id in keys.expire():
+                log.info("evaluation key %s expired", key_id)
+
+    threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
+    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _env(name: str, default):
+    return os.environ.get(f"PETLAB_{name}", default)
+
+
+def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="petlab-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="host encrypted k-NN models")
+    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="[PETLAB_HOST] default 127.0.0.1")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=int(_env("PORT", 50051)),
+        help="[PETLAB_PORT] default 50051; 0 picks a free port",
+    )
+    serve.add_argument(
+        "--port-file",
+        type=Path,
+        default=_env("PORT_FILE", None),
+        help="[PETLAB_PORT_FILE] write the bound port here once serving",
+    )
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(_env("DATA_DIR", "petlab-data")),
+        help="[PETLAB_DATA_DIR] compiled models and registered keys",
+    )
+    default_models = [m for m in _env("MODELS", "").split(",") if m]
+    serve.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help=f"[PETLAB_MODELS] {', '.join(BUNDLED)}, or NAME=FILE.csv; repeatable",
+    )
+    serve.add_argument("--label-column", default=_env("LABEL_COLUMN", "label"))
+    serve.add_argument("--n", type=int, default=int(_env("N", 40)), help="training points kept per model")
+    serve.add_argument("--k", type=int, default=int(_env("K", 3)))
+    serve.add_argument("--bits", type=int, default=int(_env("BITS", 4)))
+    serve.add_argument("--key-idle-hours", type=float, default=float(_env("KEY_IDLE_HOURS", 24)))
+    serve.add_argument("--key-cap-mb", type=float, default=float(_env("KEY_CAP_MB", 4096)))
+    serve.add_argument("--workers", type=int, default=int(_env("WORKERS", 8)))
+    serve.add_argument("--max-concurrent-rpcs", type=int, default=int(_env("MAX_CONCURRENT_RPCS", 32)))
+    serve.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", None))
+    serve.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", None))
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=_env("TLS_CLIENT_CA", None),
+        help="require client certificates signed by this CA (mutual TLS)",
+    )
+    serve.add_argument("--allow-insecure", action="store_true", help="plaintext on a non-loopback address")
+    serve.add_argument(
+        "--grace",
+        type=float,
+        default=float(_env("GRACE_SECONDS", 30)),
+        help="seconds to drain in-flight calls on shutdown",
+    )
+    args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    options = ServerOptions(
+        data_dir=args.data_dir,
+        models=args.model or default_models,
+        host=args.host,
+        port=args.port,
+        settings=KnnSettings(n=args.n, k=args.k, bits=args.bits),
+        label_column=args.label_column,
+        key_idle_seconds=args.key_idle_hours * 3600,
+        key_cap_bytes=int(args.key_cap_mb * (1 << 20)),
+        workers=args.workers,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        allow_insecure=args.allow_insecure,
+    )
+    return options, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options, args = parse_args(argv)
+    try:
+        running = start(options)
+    except (ValueError, OSError, RuntimeError) as exc:
+        log.error("%s", exc)
+        return 2
+    if args.port_file:
+        args.port_file.write_text(str(running.port))
+    stopped = threading.Event()
+
+    def shut_down(signum, frame) -> None:
+        log.info("signal %d: draining for up to %.0f s", signum, args.grace)
+        threading.Thread(target=lambda: (running.stop(args.grace), stopped.set()), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, shut_down)
+    signal.signal(signal.SIGINT, shut_down)
+    stopped.wait()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

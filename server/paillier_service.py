@@ -1,0 +1,61 @@
+"""gRPC servicer for the interactive Paillier k-NN baseline (``crypto.paillier_knn``).
+
+It serves the same selected, quantized training points as the encrypted model of the same name, so
+its answers can be compared with the clear reference. Its leakage is documented in
+``crypto.paillier_knn``: it exists to be measured against.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from crypto.knn_model import KnnModel
+from crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
+from protos import paillier_pb2, paillier_pb2_grpc
+from server.call_log import logged_unary
+
+MAX_CIPHERTEXT_BYTES = 2048  # a 8192-bit modulus squared
+
+
+class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
+    def __init__(self, models: dict[str, KnnModel]):
+        self._models = models
+
+    def _model(self, name: str, context) -> KnnModel:
+        if not name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request does not name a model")
+        if name not in self._models:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no model named {name!r}")
+        return self._models[name]
+
+    @logged_unary
+    def Distances(self, request, context):
+        model = self._model(request.model, context)
+        fields = [request.public_key_n, request.encrypted_square_norm, *request.encrypted_levels]
+        if any(not f or len(f) > MAX_CIPHERTEXT_BYTES for f in fields):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "public key and ciphertexts must be non-empty big-endian integers of at most "
+                f"{MAX_CIPHERTEXT_BYTES} bytes",
+            )
+        try:
+            distances = encrypted_distances(
+                from_bytes(request.public_key_n),
+                [from_bytes(c) for c in request.encrypted_levels],
+                from_bytes(request.encrypted_square_norm),
+                model.plan.train,
+            )
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return paillier_pb2.DistancesResponse(
+            encrypted_distances=[to_bytes(d) for d in distances], k=model.plan.k
+        )
+
+    @logged_unary
+    def Labels(self, request, context):
+        model = self._model(request.model, context)
+        try:
+            labels = labels_for(list(request.indices), model.plan.labels, model.plan.k)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return paillier_pb2.LabelsResponse(labels=labels)

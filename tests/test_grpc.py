@@ -1,0 +1,262 @@
+"""The gRPC services through real sockets on loopback, with small models to stay fast."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from client.knn_client import KnnRemote, make_channel
+from client.paillier_client import paillier_classify
+from crypto.knn_model import KnnSettings
+from crypto.knn_reference import classify
+from crypto.paillier_knn import generate_keypair
+from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from server.datasets import load_bundled
+from server.main import ServerOptions, start
+
+SETTINGS = KnnSettings(n=6, k=3, bits=4)
+
+
+def options(data_dir: Path, **overrides) -> ServerOptions:
+    return ServerOptions(
+        data_dir=data_dir,
+        models=["iris", "wine"],
+        port=0,
+        settings=SETTINGS,
+        key_cap_bytes=2 << 30,
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("server-data")
+
+
+@pytest.fixture(scope="module")
+def running(data_dir):
+    server = start(options(data_dir))
+    yield server
+    server.stop(grace=1)
+
+
+@pytest.fixture(scope="module")
+def channel(running):
+    with make_channel(f"127.0.0.1:{running.port}") as channel:
+        yield channel
+
+
+@pytest.fixture(scope="module")
+def remote(channel, tmp_path_factory):
+    return KnnRemote(
+        channel, "test-server", tmp_path_factory.mktemp("client-cache"), timeout=300, show_progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def iris_prepared(remote):
+    return remote.prepare("iris")
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    _, test = load_bundled("iris").split()
+    return test.features
+
+
+def reference(running, model: str, rows: np.ndarray) -> list[int]:
+    hosted = running.hosted[model].model
+    return classify(hosted.plan, hosted.quantizer.transform(rows)).tolist()
+
+
+def test_list_models_shows_public_information_only(remote):
+    models = {m.name: m for m in remote.models()}
+    assert set(models) == {"iris", "wine"}
+    iris = models["iris"]
+    assert (iris.d, iris.bits, list(iris.class_names)) == (4, 4, ["setosa", "versicolor", "virginica"])
+    assert {f.name for f in knn_pb2.ModelInfo.DESCRIPTOR.fields}.isdisjoint({"n", "k", "train"})
+
+
+def test_encrypted_classification_equals_reference(running, remote, iris_prepared, held_out):
+    rows = held_out[:4]
+    single = [remote.classify(iris_prepared, row) for row in rows[:2]]
+    batch = remote.classify_batch(iris_prepared, rows)
+    expected = reference(running, "iris", rows)
+    assert single == expected[:2] and batch == expected
+
+
+def test_secret_keys_are_cached_owner_only(iris_prepared):
+    keys_file = iris_prepared.directory / "keys.bin"
+    assert keys_file.stat().st_mode & 0o777 == 0o600
+    assert iris_prepared.directory.stat().st_mode & 0o777 == 0o700
+
+
+def test_paillier_baseline_equals_reference(running, channel, remote, held_out):
+    info = next(m for m in remote.models() if m.name == "iris")
+    keypair = generate_keypair()
+    stats = []
+    answers = [paillier_classify(channel, info, row, keypair, stats, timeout=60) for row in held_out[:5]]
+    assert answers == reference(running, "iris", held_out[:5])
+    assert [s.method for s in stats[:2]] == ["Distances", "Labels"]
+
+
+def test_restart_keeps_registered_keys(data_dir, remote, iris_prepared, running, held_out):
+    """A second server process on the same data directory (models from the compile cache, keys from
+    the store) accepts the key id registered with the first."""
+    key_id = iris_prepared.key_id
+    restarted = start(options(data_dir))
+    try:
+        with make_channel(f"127.0.0.1:{restarted.port}") as channel:
+            again = KnnRemote(channel, "test-server", remote.cache_dir, timeout=300, show_progress=False)
+            prepared = again.prepare("iris")
+            assert prepared.key_id == key_id
+            assert again.classify(prepared, held_out[5]) == reference(restarted, "iris", held_out[5:6])[0]
+            assert "RegisterKeys" not in [s.method for s in again.stats]
+    finally:
+        restarted.stop(grace=1)
+
+
+def test_unknown_key_is_uploaded_again(remote, iris_prepared, running, held_out):
+    running.keys.forget(iris_prepared.key_id)
+    old = iris_prepared.key_id
+    assert remote.classify(iris_prepared, held_out[6]) == reference(running, "iris", held_out[6:7])[0]
+    assert iris_prepared.key_id != old
+
+
+def expect_status(code: grpc.StatusCode, call, *args, **kwargs) -> str:
+    with pytest.raises(grpc.RpcError) as failure:
+        call(*args, **kwargs)
+    assert failure.value.code() == code, failure.value.details()
+    assert failure.value.details()
+    return failure.value.details()
+
+
+def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running):
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    key = iris_prepared.key_id
+    good_query = iris_prepared.client.encrypt(np.zeros(4, dtype=np.int64))
+    details = expect_status(
+        grpc.StatusCode.NOT_FOUND,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="mnist", key_id=key, encrypted_query=good_query),
+    )
+    assert "iris" in details
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(key_id=key, encrypted_query=good_query),
+    )
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="iris", encrypted_query=good_query),
+    )
+    expect_status(
+        grpc.StatusCode.NOT_FOUND,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="iris", key_id="0" * 32, encrypted_query=good_query),
+    )
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=b"\x01garbage" * 8),
+    )
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT, stub.Classify, knn_pb2.ClassifyRequest(model="iris", key_id=key)
+    )
+    # the iris key used for the wine model, and a wine-shaped query under the iris model
+    expect_status(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="wine", key_id=key, encrypted_query=good_query),
+    )
+    wine = remote.prepare("wine")
+    wine_query = wine.client.encrypt(np.zeros(13, dtype=np.int64))
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=wine_query),
+    )
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        stub.ClassifyBatch,
+        knn_pb2.ClassifyBatchRequest(model="iris", key_id=key),
+    )
+    # oversized: beyond the transport's message limit
+    expect_status(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        stub.Classify,
+        knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=b"\x00" * (9 << 20)),
+    )
+    paillier = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        paillier.Distances,
+        paillier_pb2.DistancesRequest(
+            model="iris",
+            public_key_n=b"\x0f" * 8,
+            encrypted_levels=[b"\x01"] * 4,
+            encrypted_square_norm=b"\x01",
+        ),
+    )
+    expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        paillier.Labels,
+        paillier_pb2.LabelsRequest(model="iris", indices=list(range(6))),
+    )
+    assert_serving(channel)
+
+
+def test_bad_key_uploads(channel, running):
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    before = {k.key_id for k in running.keys.list()}
+    data = b"not really keys" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    truncated = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:500])])
+    assert "ended after 500" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, truncated)
+    garbage = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data)])
+    assert "unusable" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, garbage)
+    too_big = iter([knn_pb2.KeyChunk(model="iris", total_size=1 << 40, sha256=digest, data=data)])
+    expect_status(grpc.StatusCode.RESOURCE_EXHAUSTED, stub.RegisterKeys, too_big)
+    expect_status(
+        grpc.StatusCode.NOT_FOUND,
+        stub.RegisterKeys,
+        iter([knn_pb2.KeyChunk(model="nope", total_size=len(data), sha256=digest, data=data)]),
+    )
+    expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, iter([]))
+    assert {k.key_id for k in running.keys.list()} == before
+    assert not list(running.keys.directory.glob(".upload-*"))
+    assert_serving(channel)
+
+
+def test_concurrent_clients_are_all_correct(running, remote, iris_prepared, held_out):
+    rows = held_out[10:16]
+    answers: dict[int, int] = {}
+
+    def work(i: int) -> None:
+        answers[i] = remote.classify(iris_prepared, rows[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(rows))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert [answers[i] for i in range(len(rows))] == reference(running, "iris", rows)
+
+
+def assert_serving(channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "petlab.knn.v1.KnnService"):
+        reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_plaintext_refused_off_loopback(tmp_path):
+    with pytest.raises(ValueError, match="refusing plaintext"):
+        start(options(tmp_path, host="0.0.0.0"))

@@ -1,0 +1,110 @@
+import hashlib
+
+import pytest
+
+from server.key_store import (
+    KeyForAnotherModel,
+    KeyNotFound,
+    KeyStore,
+    KeyTooLarge,
+    MalformedKeyId,
+    UploadMismatch,
+)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def upload(store, data: bytes, model="iris", chunks=None):
+    pieces = chunks if chunks is not None else [data[i : i + 7] for i in range(0, len(data), 7)]
+    return store.put(model, "tester", len(data), hashlib.sha256(data).hexdigest(), iter(pieces))
+
+
+def test_roundtrip_permissions_and_restart(tmp_path):
+    store = KeyStore(tmp_path / "keys", max_bytes=1000, idle_seconds=60)
+    stored = upload(store, b"evaluation keys" * 3)
+    assert store.read(stored.key_id, "iris") == b"evaluation keys" * 3
+    assert (tmp_path / "keys" / f"{stored.key_id}.bin").stat().st_mode & 0o777 == 0o600
+    store.close()
+    again = KeyStore(tmp_path / "keys", max_bytes=1000, idle_seconds=60)
+    assert again.read(stored.key_id, "iris") == b"evaluation keys" * 3
+
+
+def test_lookup_errors(tmp_path):
+    store = KeyStore(tmp_path, max_bytes=1000, idle_seconds=60)
+    stored = upload(store, b"abc")
+    with pytest.raises(MalformedKeyId):
+        store.read("nope", "iris")
+    with pytest.raises(KeyNotFound, match="upload your evaluation keys again"):
+        store.read("0" * 32, "iris")
+    with pytest.raises(KeyForAnotherModel, match="registered for model 'iris'"):
+        store.read(stored.key_id, "wine")
+
+
+def test_truncated_or_corrupted_uploads_leave_nothing(tmp_path):
+    store = KeyStore(tmp_path, max_bytes=1000, idle_seconds=60)
+    data = b"0123456789" * 5
+    digest = hashlib.sha256(data).hexdigest()
+    with pytest.raises(UploadMismatch, match="ended after 20 of the announced 50"):
+        store.put("iris", "t", 50, digest, iter([data[:20]]))
+    with pytest.raises(UploadMismatch, match="SHA-256"):
+        store.put("iris", "t", 50, digest, iter([data[:49] + b"X"]))
+    with pytest.raises(UploadMismatch, match="more than the announced"):
+        store.put("iris", "t", 10, hashlib.sha256(data[:10]).hexdigest(), iter([data]))
+
+    def crashing():
+        yield data[:10]
+        raise ConnectionError("client went away")
+
+    with pytest.raises(ConnectionError):
+        store.put("iris", "t", 50, digest, crashing())
+    assert store.list() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"]
+
+
+def test_cap_and_least_recently_used_eviction(tmp_path):
+    clock = Clock()
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=1e6, clock=clock)
+    with pytest.raises(KeyTooLarge, match="exceed"):
+        upload(store, b"x" * 101)
+    first = upload(store, b"a" * 40)
+    clock.now += 1
+    second = upload(store, b"b" * 40)
+    clock.now += 1
+    store.read(first.key_id, "iris")  # first is now the most recently used
+    clock.now += 1
+    third = upload(store, b"c" * 40)
+    remaining = {k.key_id for k in store.list()}
+    assert remaining == {first.key_id, third.key_id}
+    assert second.key_id not in remaining and store.total_bytes() == 80
+
+
+def test_idle_keys_expire(tmp_path):
+    clock = Clock()
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=10, clock=clock)
+    stored = upload(store, b"k" * 5)
+    clock.now += 9
+    store.read(stored.key_id, "iris")
+    clock.now += 9
+    assert store.expire() == []
+    clock.now += 11
+    assert store.expire() == [stored.key_id]
+    with pytest.raises(KeyNotFound):
+        store.read(stored.key_id, "iris")
+
+
+def test_restart_cleans_orphans(tmp_path):
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=10)
+    stored = upload(store, b"k" * 5)
+    store.close()
+    (tmp_path / ".upload-deadbeef").write_bytes(b"half")
+    (tmp_path / ("f" * 32 + ".bin")).write_bytes(b"no row")
+    (tmp_path / f"{stored.key_id}.bin").unlink()
+    again = KeyStore(tmp_path, max_bytes=100, idle_seconds=10)
+    assert again.list() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"]
