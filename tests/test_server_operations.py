@@ -1,0 +1,166 @@
+"""Server operations: TLS and mutual TLS, deadlines, graceful shutdown, call logs, configuration."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from client.knn_client import KnnRemote, make_channel
+from crypto.knn_model import KnnSettings
+from protos import knn_pb2, knn_pb2_grpc
+from server.datasets import load_csv
+from server.main import ServerOptions, load_models, parse_args, start
+
+
+@pytest.fixture(scope="module")
+def hosted(tmp_path_factory):
+    """One small compiled model shared by every server this module starts."""
+    data_dir = tmp_path_factory.mktemp("ops")
+    return load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=KnnSettings(n=6, k=3)))
+
+
+def make_cert(common_name: str, issuer_key=None, issuer_name=None, is_ca=False):
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name or subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+    )
+    if not is_ca:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False
+        )
+    certificate = builder.sign(issuer_key or key, hashes.SHA256())
+    return key, certificate
+
+
+def write_pem(directory: Path, name: str, key, certificate) -> tuple[Path, Path]:
+    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.pem"
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+def test_mutual_tls(hosted, tmp_path):
+    ca_key, ca_cert = make_cert("petlab test CA", is_ca=True)
+    _, ca_path = write_pem(tmp_path, "ca", ca_key, ca_cert)
+    server_key, server_cert = make_cert("localhost", ca_key, ca_cert.subject)
+    server_key_path, server_cert_path = write_pem(tmp_path, "server", server_key, server_cert)
+    client_key, client_cert = make_cert("device-1", ca_key, ca_cert.subject)
+    client_key_path, client_cert_path = write_pem(tmp_path, "client", client_key, client_cert)
+    options = ServerOptions(
+        data_dir=tmp_path / "data",
+        models=["iris"],
+        host="localhost",
+        port=0,
+        tls_cert=server_cert_path,
+        tls_key=server_key_path,
+        tls_client_ca=ca_path,
+    )
+    running = start(options, hosted=hosted)
+    try:
+        with make_channel(f"localhost:{running.port}", ca_path, client_cert_path, client_key_path) as channel:
+            models = knn_pb2_grpc.KnnServiceStub(channel).ListModels(knn_pb2.ListModelsRequest(), timeout=10)
+            assert [m.name for m in models.models] == ["iris"]
+        with (
+            make_channel(f"localhost:{running.port}", ca_path) as no_client_cert,
+            pytest.raises(grpc.RpcError),
+        ):
+            knn_pb2_grpc.KnnServiceStub(no_client_cert).ListModels(knn_pb2.ListModelsRequest(), timeout=10)
+        with make_channel(f"localhost:{running.port}") as plaintext, pytest.raises(grpc.RpcError):
+            knn_pb2_grpc.KnnServiceStub(plaintext).ListModels(knn_pb2.ListModelsRequest(), timeout=5)
+    finally:
+        running.stop(grace=1)
+
+
+def test_deadline_and_graceful_shutdown(hosted, tmp_path, caplog):
+    running = start(ServerOptions(data_dir=tmp_path, models=["iris"], port=0), hosted=hosted)
+    channel = make_channel(f"127.0.0.1:{running.port}")
+    remote = KnnRemote(channel, "ops", tmp_path / "client", timeout=300, show_progress=False)
+    prepared = remote.prepare("iris")
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    query = prepared.client.encrypt(np.zeros(4, dtype=np.int64))
+    request = knn_pb2.ClassifyRequest(model="iris", key_id=prepared.key_id, encrypted_query=query)
+    with pytest.raises(grpc.RpcError) as failure:
+        stub.Classify(request, timeout=0.001)
+    assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    caplog.set_level(logging.INFO, logger="petlab.calls")
+    outcome = {}
+
+    def in_flight():
+        outcome["reply"] = stub.Classify(request, timeout=300)
+
+    worker = threading.Thread(target=in_flight)
+    worker.start()
+    time.sleep(0.3)  # the call is now being evaluated
+    stopper = threading.Thread(target=running.stop, kwargs={"grace": 120})
+    stopper.start()
+    time.sleep(0.2)
+    health = health_pb2_grpc.HealthStub(channel)
+    try:  # NOT_SERVING first, then no new calls at all
+        status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
+    except grpc.RpcError:
+        status = None
+    assert status in (None, health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert worker.is_alive()  # still draining the in-flight evaluation
+    worker.join(timeout=300)
+    stopper.join(timeout=300)
+    assert prepared.client.decrypt_class(outcome["reply"].encrypted_class) in (0, 1, 2)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "petlab.calls"]
+    classify_lines = [line for line in lines if line["method"] == "Classify"]
+    assert {"OK", "DEADLINE_EXCEEDED"} >= {line["status"] for line in classify_lines}
+    ok = next(line for line in classify_lines if line["status"] == "OK")
+    assert ok["model"] == "iris" and ok["bytes_in"] == request.ByteSize() and ok["bytes_out"] > 0
+    assert ok["latency_ms"] > 0
+    channel.close()
+
+
+def test_flags_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("PETLAB_PORT", "6001")
+    monkeypatch.setenv("PETLAB_MODELS", "iris,wine")
+    monkeypatch.setenv("PETLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("PETLAB_KEY_CAP_MB", "10")
+    options, _ = parse_args(["serve"])
+    assert (options.port, options.models, options.data_dir) == (6001, ["iris", "wine"], tmp_path)
+    assert options.key_cap_bytes == 10 << 20
+    options, _ = parse_args(["serve", "--port", "7000", "--model", "digits"])
+    assert (options.port, options.models) == (7000, ["digits"])
+
+
+def test_csv_training_data(tmp_path):
+    path = tmp_path / "owner.csv"
+    path.write_text("a,b,label\n1,2,yes\n3,4,no\n5,6,yes\n")
+    data = load_csv(path)
+    assert data.class_names == ("no", "yes") and data.labels.tolist() == [1, 0, 1]
+    assert data.feature_names == ("a", "b")
+    path.write_text("a,b,kind\n1,2,yes\n")
+    with pytest.raises(ValueError, match="no label column 'label'"):
+        load_csv(path)
+    path.write_text("a,b,label\n1,x,yes\n")
+    with pytest.raises(ValueError, match="must be numeric"):
+        load_csv(path)
