@@ -21,22 +21,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import pandas as pd
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from crypto.knn_circuit import CircuitConfig
 from crypto.knn_model import KnnSettings, build_model
-from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from crypto.trace_chain import load_public_key
+from protos import (
+    controller_pb2,
+    controller_pb2_grpc,
+    knn_pb2,
+    knn_pb2_grpc,
+    paillier_pb2,
+    paillier_pb2_grpc,
+)
+from server.controller_service import ControllerServicer
 from server.datasets import BUNDLED, load_bundled, load_csv
 from server.key_store import KeyStore
 from server.knn_service import HostedModel, KnnServicer
 from server.model_cache import load_or_compile
 from server.paillier_service import PaillierServicer
+from server.session_store import SessionStore
 
 log = logging.getLogger("petlab.server")
 
 KNN_SERVICE = knn_pb2.DESCRIPTOR.services_by_name["KnnService"].full_name
 PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"].full_name
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
 MAX_MESSAGE_BYTES = 8 << 20
 KEY_CHUNK_LIMIT = 4 << 20
 
@@ -57,6 +69,8 @@ class ServerOptions:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     allow_insecure: bool = False
+    analysis_data: Path | None = None
+    authority_key: Path | None = None
 
 
 @dataclass
@@ -67,6 +81,7 @@ class RunningServer:
     keys: KeyStore
     hosted: dict[str, HostedModel]
     _expiry_stop: threading.Event
+    sessions: SessionStore | None = None
 
     def stop(self, grace: float = 10.0) -> None:
         """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
@@ -74,6 +89,8 @@ class RunningServer:
         self.server.stop(grace).wait()
         self._expiry_stop.set()
         self.keys.close()
+        if self.sessions is not None:
+            self.sessions.close()
         for hosted in self.hosted.values():
             hosted.server.cleanup()
 
@@ -100,8 +117,8 @@ def load_models(options: ServerOptions) -> dict[str, HostedModel]:
 
 def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:
     """Build and start the server (models compiled or loaded from the cache unless given)."""
-    if not options.models and not hosted:
-        raise ValueError("no model to serve: give at least one --model")
+    if not options.models and not hosted and not options.analysis_data:
+        raise ValueError("nothing to serve: give at least one --model, or --analysis-data")
     plaintext = not (options.tls_cert and options.tls_key)
     if plaintext and not _is_loopback(options.host) and not options.allow_insecure:
         raise ValueError(
@@ -110,6 +127,8 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         )
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
+    analysis_data = load_analysis_data(options.analysis_data) if options.analysis_data else None
+    authority = load_public_key(options.authority_key.read_bytes()) if options.authority_key else None
     keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
@@ -123,6 +142,14 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
         PaillierServicer({name: h.model for name, h in hosted.items()}), server
     )
+    sessions = None
+    services = [KNN_SERVICE, PAILLIER_SERVICE]
+    if analysis_data is not None:
+        sessions = SessionStore(options.data_dir / "sessions.sqlite")
+        controller_pb2_grpc.add_AnalysisControllerServicer_to_server(
+            ControllerServicer(analysis_data, sessions, authority_key=authority), server
+        )
+        services.append(CONTROLLER_SERVICE)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -145,7 +172,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     if port == 0:
         raise OSError(f"could not bind {address}")
     server.start()
-    for service in ("", KNN_SERVICE, PAILLIER_SERVICE):
+    for service in ("", *services):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     stop_expiry = threading.Event()
@@ -156,7 +183,19 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
                 log.info("evaluation key %s expired", key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry)
+    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions)
+
+
+def load_analysis_data(path: Path) -> pd.DataFrame:
+    """The controller's confidential data: a CSV loaded once at start."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the analysis data {path}: {exc}") from exc
+    if frame.empty:
+        raise ValueError(f"the analysis data {path} has no records")
+    log.info("controller data: %d records, columns %s", len(frame), ", ".join(frame.columns))
+    return frame
 
 
 def _is_loopback(host: str) -> bool:

@@ -260,3 +260,16 @@ def assert_serving(channel) -> None:
 def test_plaintext_refused_off_loopback(tmp_path):
     with pytest.raises(ValueError, match="refusing plaintext"):
         start(options(tmp_path, host="0.0.0.0"))
+
+
+def test_server_reflection_lists_the_services(channel):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert {
+        "petlab.knn.v1.KnnService",
+        "petlab.paillier.v1.PaillierKnnService",
+        "grpc.health.v1.Health",
+    } <= services

@@ -1,0 +1,215 @@
+"""``petlab-analyst``: bind yourself to a sequence of analyses and reveal it tit for tat.
+
+    petlab-analyst keygen --out analyst.pem
+    petlab-analyst prepare analyses.json --key analyst.pem --out sequence.json
+    petlab-analyst certify sequence.json --policy policy.json --key authority.pem   (the authority)
+    petlab-analyst run sequence.json --server HOST:PORT
+
+Domingo-Ferrer (PSD 2022), Sections 3 and 4.2. ``prepare`` validates every spec against
+``protos/analysis.schema.json``, encodes the traces (equation (1)) and signs T_0. The sequence file
+holds the analyses not yet revealed, so it is written owner-only. ``certify`` is the certification
+authority's step: it checks that the traces commit to exactly the specs in the file, checks them
+against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0.
+``run`` opens a session and reveals one trace at a time, stopping at the first abort.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+
+import grpc
+import jsonschema
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from client.knn_client import make_channel
+from crypto.instructions import InvalidInstruction, canonical_json
+from crypto.trace_chain import (
+    ChainState,
+    authority_message,
+    load_private_key,
+    load_public_key,
+    next_analysis,
+    private_key_pem,
+    public_key_pem,
+    seal,
+    verify_seal,
+)
+from protos import controller_pb2, controller_pb2_grpc
+
+SCHEMA = json.loads(resources.files("protos").joinpath("analysis.schema.json").read_text())
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Create or replace a file readable by its owner only (0600), atomically."""
+    staging = path.with_name(f".{path.name}.tmp")
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.chmod(staging, 0o600)
+    os.replace(staging, path)
+
+
+def keygen(out: Path) -> Path:
+    key = Ed25519PrivateKey.generate()
+    write_private(out, private_key_pem(key))
+    public = out.with_suffix(".pub.pem")
+    public.write_bytes(public_key_pem(key.public_key()))
+    return public
+
+
+def load_specs(path: Path) -> list[dict]:
+    document = json.loads(path.read_text())
+    specs = document["analyses"] if isinstance(document, dict) else document
+    if not isinstance(specs, list) or not specs:
+        raise ValueError(f'{path}: expected a non-empty list of analyses (or {{"analyses": [...]}})')
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for number, spec in enumerate(specs, start=1):
+        error = next(iter(sorted(validator.iter_errors(spec), key=lambda e: list(e.path))), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.path) or "the spec"
+            raise ValueError(f"{path}: analysis {number} is invalid at {where}: {error.message}")
+    return specs
+
+
+def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
+    sequence = seal([canonical_json(s) for s in specs], key)
+    return {
+        "version": 1,
+        "analyst_public_key": public_key_pem(key.public_key()).decode(),
+        "analyst_signature": sequence.analyst_signature.hex(),
+        "authority_signature": None,
+        "traces": [t.hex() for t in sequence.traces],
+        "pointers": sequence.pointers,
+        "specs": {p: s.decode() for p, s in sequence.specs.items()},
+    }
+
+
+def committed_specs(document: dict) -> list[dict]:
+    """Walk the whole chain as a controller would: the specs the traces really commit to."""
+    traces = [bytes.fromhex(t) for t in document["traces"]]
+    verify_seal(
+        traces[0],
+        load_public_key(document["analyst_public_key"].encode()),
+        bytes.fromhex(document["analyst_signature"]),
+    )
+    revealed = {p: s.encode() for p, s in document["specs"].items()}
+    state, specs = ChainState(traces[0]), []
+    for trace in traces[1:]:
+        state, spec = next_analysis(state, trace, revealed)
+        specs.append(json.loads(spec))
+    if not state.finished:
+        raise InvalidInstruction("the traces do not end with a last instruction")
+    return specs
+
+
+def certify(document: dict, policy: dict, authority: Ed25519PrivateKey) -> dict:
+    """The certification authority's check and co-signature (Section 4.2)."""
+    specs = committed_specs(document)
+    allowed = set(policy.get("allowed_types", SCHEMA["properties"]["type"]["enum"]))
+    forbidden = set(policy.get("forbidden_columns", []))
+    limit = int(policy.get("max_analyses", 1000))
+    problems = []
+    if len(specs) > limit:
+        problems.append(f"{len(specs)} analyses, more than the policy's {limit}")
+    for number, spec in enumerate(specs, start=1):
+        if spec["type"] not in allowed:
+            problems.append(f"analysis {number} is a {spec['type']}, which the policy does not allow")
+        used = {spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")}
+        used |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
+        if used & forbidden:
+            problems.append(f"analysis {number} uses forbidden column(s) {sorted(used & forbidden)}")
+    if problems:
+        raise ValueError("the sequence does not comply with the policy: " + "; ".join(problems))
+    analyst = load_public_key(document["analyst_public_key"].encode())
+    signature = authority.sign(authority_message(bytes.fromhex(document["traces"][0]), analyst))
+    return {**document, "authority_signature": signature.hex()}
+
+
+def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None) -> int:
+    """Open a session and reveal the traces one by one; returns 0 if every analysis was released."""
+    out = out or sys.stdout
+    stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+    traces = [bytes.fromhex(t) for t in document["traces"]]
+    opened = stub.OpenSession(
+        controller_pb2.OpenSessionRequest(
+            first_trace=traces[0],
+            analyst_public_key=document["analyst_public_key"].encode(),
+            analyst_signature=bytes.fromhex(document["analyst_signature"]),
+            authority_signature=bytes.fromhex(document["authority_signature"] or ""),
+        ),
+        timeout=timeout,
+    )
+    for trace, pointer in zip(traces[1:], document["pointers"], strict=True):
+        reply = stub.Next(
+            controller_pb2.NextRequest(
+                session_id=opened.session_id,
+                trace=trace,
+                pointer=pointer,
+                spec=document["specs"][pointer].encode(),
+            ),
+            timeout=timeout,
+        )
+        if reply.WhichOneof("outcome") == "abort_reason":
+            print(f"analysis {reply.position}: ABORTED: {reply.abort_reason}", file=out)
+            print("the remaining analyses stay undisclosed", file=out)
+            return 3
+        print(f"analysis {reply.position}: {reply.result_json}", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="petlab-analyst", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    c = commands.add_parser("keygen", help="make an Ed25519 key pair (private PEM written 0600)")
+    c.add_argument("--out", type=Path, default=Path("analyst.pem"))
+    c = commands.add_parser("prepare", help="encode and sign a sequence of analyses")
+    c.add_argument("analyses", type=Path)
+    c.add_argument("--key", type=Path, required=True)
+    c.add_argument("--out", type=Path, default=Path("sequence.json"))
+    c = commands.add_parser("certify", help="(certification authority) check a sequence and co-sign T_0")
+    c.add_argument("sequence", type=Path)
+    c.add_argument("--policy", type=Path, required=True)
+    c.add_argument("--key", type=Path, required=True, help="the authority's private key")
+    c = commands.add_parser("run", help="open a session and reveal the sequence tit for tat")
+    c.add_argument("sequence", type=Path, nargs="?", default=Path("sequence.json"))
+    c.add_argument("--server", required=True)
+    c.add_argument("--tls-ca", type=Path)
+    c.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "keygen":
+            print(f"private key {args.out} (0600), public key {keygen(args.out)}")
+        elif args.command == "prepare":
+            document = prepare(load_specs(args.analyses), load_private_key(args.key.read_bytes()))
+            write_private(args.out, json.dumps(document, indent=2).encode())
+            count, first = len(document["pointers"]), document["traces"][0][:16]
+            print(f"{count} analyses sealed into {args.out}; T_0 = {first}...")
+        elif args.command == "certify":
+            document = certify(
+                json.loads(args.sequence.read_text()),
+                json.loads(args.policy.read_text()),
+                load_private_key(args.key.read_bytes()),
+            )
+            write_private(args.sequence, json.dumps(document, indent=2).encode())
+            print(f"co-signed {args.sequence}")
+        else:
+            with make_channel(args.server, args.tls_ca) as channel:
+                return run(json.loads(args.sequence.read_text()), channel, args.timeout)
+    except grpc.RpcError as exc:
+        print(f"petlab-analyst: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"petlab-analyst: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

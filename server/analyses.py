@@ -1,0 +1,166 @@
+"""Declarative statistical analyses, interpreted (never executed) by the data controller.
+
+An analysis is a JSON object validated against ``protos/analysis.schema.json``; the README documents
+the format. The interpreter computes the result on the controller's DataFrame together with what
+output checking needs (Domingo-Ferrer, PSD 2022, Section 2 and 4.1): per-cell counts and
+contributions for tables, residual degrees of freedom for regressions, and the query sets (record
+masks) the analysis isolates, for query-set-size control.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+
+import jsonschema
+import numpy as np
+import pandas as pd
+
+SCHEMA = json.loads(resources.files("protos").joinpath("analysis.schema.json").read_text())
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+class AnalysisError(ValueError):
+    """The spec is invalid or does not fit the data; the message says why, for a person."""
+
+
+@dataclass
+class Evaluated:
+    """An analysis's result (not yet checked) and the evidence output checking needs."""
+
+    kind: str
+    result: dict  # JSON-ready, released only if the checks pass
+    counts: pd.DataFrame | None = None  # records per cell (tables, means, quantiles)
+    values: list[np.ndarray] = field(default_factory=list)  # per-cell contributions (magnitudes)
+    residual_dof: int | None = None  # regressions
+    query_sets: list[np.ndarray] = field(default_factory=list)  # boolean masks over the records
+    never_release: str | None = None  # a rule that forbids this kind outright
+
+
+def validate(spec: dict, data: pd.DataFrame) -> None:
+    errors = sorted(_VALIDATOR.iter_errors(spec), key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].path) or "the spec"
+        raise AnalysisError(f"invalid analysis spec at {where}: {errors[0].message}")
+    columns = [spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")]
+    columns += spec.get("predictors", []) + list(spec.get("where", {}))
+    for column in filter(None, columns):
+        if column not in data.columns:
+            raise AnalysisError(f"no column named {column!r}; the data has {', '.join(data.columns)}")
+    for column in filter(
+        None, [spec.get(k) for k in ("value", "column", "outcome")] + spec.get("predictors", [])
+    ):
+        if not pd.api.types.is_numeric_dtype(data[column]):
+            raise AnalysisError(f"column {column!r} is not numeric")
+
+
+def selection(spec: dict, data: pd.DataFrame) -> np.ndarray:
+    """The records the ``where`` clause selects (a conjunction of conditions)."""
+    mask = np.ones(len(data), dtype=bool)
+    for column, condition in spec.get("where", {}).items():
+        values = data[column]
+        if "eq" in condition:
+            mask &= (values == condition["eq"]).to_numpy()
+        if "ne" in condition:
+            mask &= (values != condition["ne"]).to_numpy()
+        if "in" in condition:
+            mask &= values.isin(condition["in"]).to_numpy()
+        if "between" in condition:
+            low, high = condition["between"]
+            mask &= values.between(low, high).to_numpy()
+    return mask
+
+
+def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
+    validate(spec, data)
+    mask = selection(spec, data)
+    subset = data[mask]
+    kind = spec["type"]
+    if kind in ("frequency", "magnitude"):
+        return _table(spec, data, subset, mask)
+    if kind == "count":
+        counts = pd.DataFrame({"count": [int(mask.sum())]})
+        return Evaluated(kind, {"count": int(mask.sum())}, counts=counts, query_sets=[mask])
+    column = spec.get("column")
+    if kind == "mean":
+        values = subset[column].to_numpy(dtype=float)
+        return Evaluated(
+            kind,
+            {"mean": float(values.mean()) if len(values) else None, "n": len(values)},
+            counts=pd.DataFrame({"count": [len(values)]}),
+            values=[values],
+            query_sets=[mask],
+        )
+    if kind == "quantiles":
+        probabilities = spec["probabilities"]
+        values = subset[column].to_numpy(dtype=float)
+        quantiles = np.quantile(values, probabilities).tolist() if len(values) else []
+        return Evaluated(
+            kind,
+            {"probabilities": probabilities, "quantiles": quantiles, "n": len(values)},
+            counts=pd.DataFrame({"count": [len(values)]}),
+            query_sets=[mask],
+        )
+    if kind in ("min", "max"):
+        return Evaluated(
+            kind,
+            {},
+            query_sets=[mask],
+            never_release=f"a {kind}imum is a single record's value and is never released",
+        )
+    if kind == "regression":
+        return _regression(spec, subset, mask)
+    raise AnalysisError(f"unknown analysis type {kind!r}")  # the schema makes this unreachable
+
+
+def _table(spec: dict, data: pd.DataFrame, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated:
+    """One- or two-way table over the categories present in the whole data set (so a category absent
+    from the query set shows as an empty, zero cell rather than disappearing)."""
+    rows, cols = spec["rows"], spec.get("columns")
+    row_levels = sorted(data[rows].unique().tolist())
+    col_levels = sorted(data[cols].unique().tolist()) if cols else [None]
+    counts = pd.DataFrame(0, index=row_levels, columns=[str(c) for c in col_levels], dtype=np.int64)
+    cells: dict[str, dict] = {}
+    values, query_sets = [], []
+    value_column = spec.get("value")
+    statistic = spec.get("statistic", "sum")
+    for r in row_levels:
+        for c in col_levels:
+            cell = mask & (data[rows] == r).to_numpy()
+            if cols:
+                cell &= (data[cols] == c).to_numpy()
+            count = int(cell.sum())
+            counts.loc[r, str(c)] = count
+            query_sets.append(cell)
+            key = f"{r}" if cols is None else f"{r}|{c}"
+            if value_column:
+                contributions = data.loc[cell, value_column].to_numpy(dtype=float)
+                values.append(contributions)
+                total = float(contributions.sum())
+                cells[key] = total if statistic == "sum" else (total / count if count else None)
+            else:
+                cells[key] = count
+    result = {"rows": rows, "columns": cols, "cells": cells}
+    if value_column:
+        result.update({"value": value_column, "statistic": statistic})
+    return Evaluated(
+        spec["type"], result, counts=counts, values=values if value_column else [], query_sets=query_sets
+    )
+
+
+def _regression(spec: dict, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated:
+    """Ordinary least squares with an intercept, by numpy's lstsq."""
+    predictors = spec["predictors"]
+    y = subset[spec["outcome"]].to_numpy(dtype=float)
+    x = np.column_stack([np.ones(len(subset))] + [subset[p].to_numpy(dtype=float) for p in predictors])
+    rank = int(np.linalg.matrix_rank(x)) if len(subset) else 0
+    dof = len(subset) - rank
+    coefficients = np.linalg.lstsq(x, y, rcond=None)[0].tolist() if len(subset) else []
+    names = ["intercept", *predictors]
+    return Evaluated(
+        "regression",
+        {"coefficients": dict(zip(names, coefficients, strict=False)), "n": len(subset), "residual_dof": dof},
+        residual_dof=dof,
+        query_sets=[mask],
+    )

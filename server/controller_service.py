@@ -1,0 +1,129 @@
+"""gRPC controller for binding analysis sequences (Domingo-Ferrer, PSD 2022, Sections 3-4).
+
+OpenSession verifies the analyst's Ed25519 signature on T_0 (and a certification authority's
+co-signature when the controller requires one). Each Next call recovers I_j from the revealed T_j
+(equation (2)), checks the redundancy and the spec's hash (Proposition 2), interprets the analysis,
+applies output checking and query-set-size control and returns the result, or aborts the session,
+withholds the output and records why. Malformed requests (a trace of the wrong length, an unknown or
+closed session) are refused with a gRPC status and leave the session as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import grpc
+import numpy as np
+import pandas as pd
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from crypto.instructions import SIZE, InvalidInstruction, canonical_json
+from crypto.trace_chain import ChainState, load_public_key, next_analysis, public_key_bytes, verify_seal
+from protos import controller_pb2, controller_pb2_grpc
+from server.analyses import AnalysisError, evaluate
+from server.call_log import logged_unary
+from server.output_checking import Rules, check
+from server.query_set_control import QuerySetControl
+from server.session_store import ABORTED, FINISHED, SessionStore
+
+log = logging.getLogger(__name__)
+MAX_SPEC_BYTES = 64 * 1024
+
+
+class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
+    def __init__(
+        self,
+        data: pd.DataFrame,
+        sessions: SessionStore,
+        rules: Rules | None = None,
+        authority_key: Ed25519PublicKey | None = None,
+    ):
+        self._data, self._sessions = data, sessions
+        self._rules = rules or Rules()
+        self._authority = authority_key
+
+    @logged_unary
+    def OpenSession(self, request, context):
+        if len(request.first_trace) != SIZE:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"T_0 must be {SIZE} bytes, got {len(request.first_trace)}"
+            )
+        try:
+            analyst = load_public_key(request.analyst_public_key)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"analyst public key: {exc}")
+        try:
+            verify_seal(
+                request.first_trace,
+                analyst,
+                request.analyst_signature,
+                self._authority,
+                request.authority_signature or None,
+            )
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        session = self._sessions.open(public_key_bytes(analyst), request.first_trace)
+        if session is None:
+            context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                "a session was already opened with this T_0; a sequence runs once",
+            )
+        return controller_pb2.OpenSessionResponse(session_id=session.session_id)
+
+    @logged_unary
+    def Next(self, request, context):
+        with self._sessions.lock:  # one step at a time: the session state moves atomically
+            session = self._sessions.get(request.session_id)
+            if session is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id!r}")
+            if session.status in (ABORTED, FINISHED):
+                context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"the session is {session.status}" + (f": {session.reason}" if session.reason else ""),
+                )
+            if len(request.trace) != SIZE:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"a trace is {SIZE} bytes, got {len(request.trace)}"
+                )
+            if len(request.spec) > MAX_SPEC_BYTES:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"a spec is at most {MAX_SPEC_BYTES} bytes")
+            position = session.position + 1
+            revealed = {request.pointer: request.spec} if request.pointer else {}
+            state = ChainState(session.previous_trace, session.position)
+            try:
+                new_state, spec_bytes = next_analysis(state, request.trace, revealed)
+            except InvalidInstruction as exc:
+                return self._abort(session, position, f"the sequence was changed: {exc}")
+            try:
+                spec = json.loads(spec_bytes)
+                if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
+                    raise AnalysisError("the spec is not a canonical JSON object")
+                evaluated = evaluate(spec, self._data)
+            except (ValueError, AnalysisError) as exc:
+                self._sessions.abort(session, f"analysis {position}: {exc}")
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"analysis {position} cannot run, so the session is aborted: {exc}",
+                )
+            decision = check(evaluated, self._rules)
+            if not decision.release:
+                return self._abort(session, position, "output checking: " + "; ".join(decision.reasons))
+            control = QuerySetControl(
+                len(self._data), self._rules.threshold, self._sessions.released_sets(session.analyst_key)
+            )
+            violation = control.violation(evaluated.query_sets)
+            if violation:
+                return self._abort(session, position, f"query-set-size control: {violation}")
+            packed = [np.packbits(m) for m in evaluated.query_sets]
+            self._sessions.advance(session, request.trace, new_state.finished, packed)
+            return controller_pb2.NextResponse(
+                position=position,
+                last=new_state.finished,
+                result_json=json.dumps(evaluated.result, sort_keys=True),
+            )
+
+    def _abort(self, session, position: int, reason: str):
+        self._sessions.abort(session, f"analysis {position}: {reason}")
+        log.info("session %s aborted at analysis %d: %s", session.session_id, position, reason)
+        return controller_pb2.NextResponse(position=position, last=True, abort_reason=reason)

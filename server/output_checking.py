@@ -1,0 +1,89 @@
+"""Output checking before anything is released (Domingo-Ferrer, PSD 2022, Section 2).
+
+The rules and parameters are those of the SACRO project's ``acro`` package (its ``default.yaml``),
+and the decisions equal acro's on the same tables (``tests/test_output_checking.py``):
+
+* minimum threshold: every cell counts at least ``threshold`` = 10 records;
+* zeros are disclosive: an empty cell of a table is refused;
+* (n, k) dominance, n = 2, k = 0.9: the two largest contributions of a magnitude cell must stay
+  below 90 % of the cell total;
+* p-percent (acro's p-ratio), p = 0.1: (total - two largest) / largest must be at least 0.1;
+* dominance is undefined with negative contributions: refused (acro asks for a human review);
+* regressions need at least ``dof_threshold`` = 10 residual degrees of freedom;
+* minima and maxima are single records' values and are never released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from server.analyses import Evaluated
+
+
+@dataclass(frozen=True)
+class Rules:
+    threshold: int = 10
+    dof_threshold: int = 10
+    nk_n: int = 2
+    nk_k: float = 0.9
+    p_ratio: float = 0.1
+    zeros_disclosive: bool = True
+
+
+@dataclass(frozen=True)
+class Decision:
+    release: bool
+    reasons: tuple[str, ...]
+
+
+def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
+    reasons: list[str] = []
+    if evaluated.never_release:
+        reasons.append(evaluated.never_release)
+    if evaluated.counts is not None:
+        counts = evaluated.counts.to_numpy()
+        small = int((counts < rules.threshold).sum())
+        if small:
+            reasons.append(f"{small} cell(s) count fewer than {rules.threshold} records")
+        if rules.zeros_disclosive and (counts == 0).any():
+            reasons.append(f"{int((counts == 0).sum())} cell(s) are empty, and zeros are disclosive")
+    for contributions in evaluated.values:
+        reasons += _dominance(contributions, rules)
+    if evaluated.residual_dof is not None and evaluated.residual_dof < rules.dof_threshold:
+        reasons.append(
+            f"the regression has {evaluated.residual_dof} residual degrees of freedom, "
+            f"fewer than {rules.dof_threshold}"
+        )
+    return Decision(not reasons, tuple(dict.fromkeys(reasons)))
+
+
+def cell_dominance_flags(contributions: np.ndarray, rules: Rules = Rules()) -> tuple[bool, bool, bool]:
+    """(negative present, n-k dominance fails, p-ratio fails) for one cell, computed as acro does."""
+    values = np.asarray(contributions, dtype=float)
+    if (values < 0).any():
+        return True, False, False
+    total = values.sum()
+    ordered = np.sort(values)[::-1]
+    top_n = ordered[: rules.nk_n].sum()
+    nk_fails = bool(total > 0 and top_n / total >= rules.nk_k)  # 0/0 is NaN in acro: passes
+    top1 = ordered[0] if len(ordered) else 0.0
+    remainder = total - ordered[:2].sum()
+    p_value = remainder if top1 == 0 else remainder / top1
+    return False, nk_fails, bool(len(values) > 0 and p_value < rules.p_ratio)
+
+
+def _dominance(contributions: np.ndarray, rules: Rules) -> list[str]:
+    negative, nk_fails, p_fails = cell_dominance_flags(contributions, rules)
+    reasons = []
+    if negative:
+        reasons.append("a cell has negative contributions, so dominance is undefined")
+    if nk_fails:
+        reasons.append(
+            f"a cell is dominated: its {rules.nk_n} largest contributions make "
+            f"{rules.nk_k:.0%} or more of its total"
+        )
+    if p_fails:
+        reasons.append(f"a cell fails the p-percent rule (p = {rules.p_ratio})")
+    return reasons

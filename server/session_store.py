@@ -1,0 +1,99 @@
+"""Persistent controller sessions (SQLite under the data directory), so a restart loses nothing.
+
+A session row holds the analyst's key, T_0, the last accepted trace, the position and the status
+(open, finished, aborted, with the reason). Released query sets are kept per analyst key, so query-
+set-size control spans all of an analyst's sessions. Each accepted step is one transaction: the new
+state and its query sets are committed together or not at all.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+OPEN, FINISHED, ABORTED = "open", "finished", "aborted"
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    analyst_key: bytes
+    first_trace: bytes
+    previous_trace: bytes
+    position: int
+    status: str
+    reason: str
+
+
+class SessionStore:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._db = sqlite3.connect(path, check_same_thread=False)
+        self.lock = threading.RLock()
+        self._db.executescript(
+            "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, analyst_key BLOB NOT NULL,"
+            " first_trace BLOB NOT NULL UNIQUE, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
+            " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL);"
+            "CREATE TABLE IF NOT EXISTS query_sets (analyst_key BLOB NOT NULL, mask BLOB NOT NULL);"
+        )
+        self._db.commit()
+
+    def open(self, analyst_key: bytes, first_trace: bytes) -> Session | None:
+        """A new session, or None if this T_0 was already used (a replayed sequence)."""
+        session_id = secrets.token_hex(16)
+        now = time.time()
+        with self.lock:
+            try:
+                self._db.execute(
+                    "INSERT INTO sessions VALUES (?, ?, ?, ?, 0, ?, '', ?, ?)",
+                    (session_id, analyst_key, first_trace, first_trace, OPEN, now, now),
+                )
+                self._db.commit()
+            except sqlite3.IntegrityError:
+                return None
+        return self.get(session_id)
+
+    def get(self, session_id: str) -> Session | None:
+        with self.lock:
+            row = self._db.execute(
+                "SELECT session_id, analyst_key, first_trace, previous_trace, position, status, reason "
+                "FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return Session(*row) if row else None
+
+    def advance(self, session: Session, trace: bytes, finished: bool, masks: list[np.ndarray]) -> None:
+        with self.lock:
+            self._db.execute(
+                "UPDATE sessions SET previous_trace = ?, position = position + 1, status = ?, updated = ? "
+                "WHERE session_id = ? AND status = ?",
+                (trace, FINISHED if finished else OPEN, time.time(), session.session_id, OPEN),
+            )
+            self._db.executemany(
+                "INSERT INTO query_sets VALUES (?, ?)", [(session.analyst_key, m.tobytes()) for m in masks]
+            )
+            self._db.commit()
+
+    def abort(self, session: Session, reason: str) -> None:
+        with self.lock:
+            self._db.execute(
+                "UPDATE sessions SET status = ?, reason = ?, position = position + 1, "
+                "updated = ? WHERE session_id = ?",
+                (ABORTED, reason, time.time(), session.session_id),
+            )
+            self._db.commit()
+
+    def released_sets(self, analyst_key: bytes) -> list[np.ndarray]:
+        with self.lock:
+            rows = self._db.execute("SELECT mask FROM query_sets WHERE analyst_key = ?", (analyst_key,))
+            return [np.frombuffer(r[0], dtype=np.uint8) for r in rows]
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
