@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -26,6 +25,7 @@ import grpc
 import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client.files import write_owner_only
 from client.knn_client import make_channel
 from crypto.instructions import InvalidInstruction, canonical_json
 from crypto.trace_chain import (
@@ -44,19 +44,9 @@ from protos import controller_pb2, controller_pb2_grpc
 SCHEMA = json.loads(resources.files("protos").joinpath("analysis.schema.json").read_text())
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Create or replace a file readable by its owner only (0600), atomically."""
-    staging = path.with_name(f".{path.name}.tmp")
-    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
-    os.chmod(staging, 0o600)
-    os.replace(staging, path)
-
-
 def keygen(out: Path) -> Path:
     key = Ed25519PrivateKey.generate()
-    write_private(out, private_key_pem(key))
+    write_owner_only(out, private_key_pem(key))
     public = out.with_suffix(".pub.pem")
     public.write_bytes(public_key_pem(key.public_key()))
     return public
@@ -188,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"private key {args.out} (0600), public key {keygen(args.out)}")
         elif args.command == "prepare":
             document = prepare(load_specs(args.analyses), load_private_key(args.key.read_bytes()))
-            write_private(args.out, json.dumps(document, indent=2).encode())
+            write_owner_only(args.out, json.dumps(document, indent=2).encode())
             count, first = len(document["pointers"]), document["traces"][0][:16]
             print(f"{count} analyses sealed into {args.out}; T_0 = {first}...")
         elif args.command == "certify":
@@ -197,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.loads(args.policy.read_text()),
                 load_private_key(args.key.read_bytes()),
             )
-            write_private(args.sequence, json.dumps(document, indent=2).encode())
+            write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
             print(f"co-signed {args.sequence}")
         else:
             with make_channel(args.server, args.tls_ca) as channel:

@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 from tqdm import tqdm
 
+from client.files import write_owner_only
 from crypto.deployment import KnnClient
 from crypto.quantization import MinMaxQuantizer
 from protos import knn_pb2, knn_pb2_grpc
@@ -83,7 +84,7 @@ class KnnRemote:
             started = time.perf_counter()
             client.generate_keys()
             prepared.keygen_seconds = time.perf_counter() - started
-            _write_owner_only(keys_file, client.secret_keys_bytes())
+            write_owner_only(keys_file, client.secret_keys_bytes())
         id_file = directory / "key_id"
         prepared.key_id = id_file.read_text().strip() if id_file.is_file() else ""
         if not prepared.key_id:
@@ -126,7 +127,7 @@ class KnnRemote:
             bar.close()
         self.stats.append(CallStats("RegisterKeys", time.perf_counter() - started, sent, reply.ByteSize()))
         prepared.key_id = reply.key_id
-        _write_owner_only(prepared.directory / "key_id", reply.key_id.encode())
+        write_owner_only(prepared.directory / "key_id", reply.key_id.encode())
         return reply.key_id
 
     # ------------------------------------------------------------------ queries
@@ -209,12 +210,3 @@ def make_channel(
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
-
-
-def _write_owner_only(path: Path, data: bytes) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
-    os.chmod(staging, 0o600)
-    os.replace(staging, path)

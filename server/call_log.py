@@ -61,13 +61,18 @@ def logged_stream_in(method: Callable) -> Callable:
             response = method(self, counted(), context)
             return response
         except Exception:
-            code = context.code() if hasattr(context, "code") else None
-            status = code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
+            status = _failure_status(context)
             raise
         finally:
             _emit(method.__name__, counter["model"], counter["bytes"], _size(response), started, status)
 
     return wrapper
+
+
+def _failure_status(context) -> str:
+    """The status a failed call ends with: the one set by ``context.abort``, else INTERNAL."""
+    code = context.code() if hasattr(context, "code") else None
+    return code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
 
 
 def _emit(method: str, model: str, bytes_in: int, bytes_out: int, started: float, status: str) -> None:
