@@ -24,7 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from crypto.instructions import SIZE, encode
+from crypto.instructions import SIZE, InvalidInstruction, decode, encode, resolve
 
 ANALYST_DOMAIN = b"petlab/tit-for-tat/v1/analyst-T0:"
 AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v1/authority-T0:"
@@ -166,8 +166,6 @@ def next_analysis(state: ChainState, trace: bytes, revealed: dict[str, bytes]) -
     """Accept T_j: recover I_j by equation (2), check its redundancy and, for a reference, the
     revealed spec's hash. Returns the new state and the spec; ``InvalidInstruction`` (a
     ``ValueError``) if the sequence was changed in any way (Proposition 2)."""
-    from crypto.instructions import InvalidInstruction, decode, resolve
-
     if state.finished:
         raise InvalidInstruction("the sequence has already ended")
     instruction = decode(retrieve(state.previous_trace, trace))
