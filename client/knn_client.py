@@ -76,16 +76,21 @@ class KnnRemote:
             reply.model.bits, tuple(reply.model.feature_lows), tuple(reply.model.feature_highs)
         )
         prepared = PreparedModel(reply.model, client, quantizer, directory)
-        keys_file = directory / "keys.bin"
+        keys_file, id_file = directory / "keys.bin", directory / "key_id"
+        loaded = False
         if keys_file.is_file():
-            client.load_keys(keys_file.read_bytes())
-        else:
+            try:
+                client.load_keys(keys_file.read_bytes())
+                loaded = True
+            except ValueError:
+                self._say(f"the cached keys in {keys_file} are unreadable; making new ones")
+        if not loaded:
+            id_file.unlink(missing_ok=True)  # a registered id belongs to keys we no longer hold
             self._say(f"generating keys for {model} (once per model; takes a while)")
             started = time.perf_counter()
             client.generate_keys()
             prepared.keygen_seconds = time.perf_counter() - started
             write_owner_only(keys_file, client.secret_keys_bytes())
-        id_file = directory / "key_id"
         prepared.key_id = id_file.read_text().strip() if id_file.is_file() else ""
         if not prepared.key_id:
             self.upload_keys(prepared)

@@ -89,7 +89,11 @@ class KnnClient:
         self._client.keys.generate(force=True, secret_seed=secret_seed, encryption_seed=encryption_seed)
 
     def load_keys(self, data: bytes) -> None:
-        self._client.keys.load_from_bytes(bytes(data))
+        """Load keys saved with :meth:`secret_keys_bytes`; ``ValueError`` for anything else."""
+        try:
+            self._client.keys.load_from_bytes(bytes(data))
+        except Exception as exc:
+            raise ValueError(f"these bytes are not a client's key set: {exc}") from exc
 
     def secret_keys_bytes(self) -> bytes:
         """All keys, secret ones included: store only with owner-only permissions."""

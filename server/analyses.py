@@ -78,7 +78,7 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
     subset = data[mask]
     kind = spec["type"]
     if kind in ("frequency", "magnitude"):
-        return _table(spec, data, subset, mask)
+        return _table(spec, data, mask)
     if kind == "count":
         counts = pd.DataFrame({"count": [int(mask.sum())]})
         return Evaluated(kind, {"count": int(mask.sum())}, counts=counts, query_sets=[mask])
@@ -114,22 +114,22 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
     raise AnalysisError(f"unknown analysis type {kind!r}")  # the schema makes this unreachable
 
 
-def _table(spec: dict, data: pd.DataFrame, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated:
+def _table(spec: dict, data: pd.DataFrame, mask: np.ndarray) -> Evaluated:
     """One- or two-way table over the categories present in the whole data set (so a category absent
     from the query set shows as an empty, zero cell rather than disappearing)."""
     rows, cols = spec["rows"], spec.get("columns")
     row_levels = sorted(data[rows].unique().tolist())
     col_levels = sorted(data[cols].unique().tolist()) if cols else [None]
     counts = pd.DataFrame(0, index=row_levels, columns=[str(c) for c in col_levels], dtype=np.int64)
-    cells: dict[str, dict] = {}
+    cells: dict[str, float | int | None] = {}
     values, query_sets = [], []
     value_column = spec.get("value")
     statistic = spec.get("statistic", "sum")
+    in_row = {r: mask & (data[rows] == r).to_numpy() for r in row_levels}
+    in_col = {c: (data[cols] == c).to_numpy() for c in col_levels} if cols else {None: True}
     for r in row_levels:
         for c in col_levels:
-            cell = mask & (data[rows] == r).to_numpy()
-            if cols:
-                cell &= (data[cols] == c).to_numpy()
+            cell = in_row[r] & in_col[c]
             count = int(cell.sum())
             counts.loc[r, str(c)] = count
             query_sets.append(cell)

@@ -1,5 +1,7 @@
 """Byte-level API error handling and the on-disk compile cache."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from crypto.deployment import (
 )
 from crypto.knn_circuit import CircuitConfig
 from crypto.knn_model import KnnSettings, build_model
+from crypto.knn_plan import build_plan
 from server.datasets import load_bundled
 
 
@@ -64,12 +67,19 @@ def test_query_of_another_shape_is_rejected(tiny_compiled, tmp_path):
 
 
 def test_evaluation_keys_carry_no_secret_key(tiny_compiled):
+    """What the server receives cannot be loaded as a key set (no secret key to decrypt with);
+    the client's own saved key set can."""
     compiled, _ = tiny_compiled
-    client = KnnClient(client_specs_bytes(compiled.server))
+    specs = client_specs_bytes(compiled.server)
+    client = KnnClient(specs)
     client.generate_keys(secret_seed=5, encryption_seed=6)
-    public = client.evaluation_keys_bytes()
-    everything = client.secret_keys_bytes()
-    assert len(everything) > len(public)
+    with pytest.raises(ValueError, match="not a client's key set"):
+        KnnClient(specs).load_keys(client.evaluation_keys_bytes())
+    restored = KnnClient(specs)
+    restored.load_keys(client.secret_keys_bytes())
+    keys = parse_evaluation_keys(client.evaluation_keys_bytes())
+    answer = run_encrypted(compiled.server, keys, parse_ciphertext(client.encrypt(np.zeros(4))))
+    assert restored.decrypt_class(answer) == client.decrypt_class(answer)
 
 
 def test_second_load_comes_from_cache(tiny_model, tiny_compiled, monkeypatch):
@@ -100,13 +110,19 @@ def test_damaged_entry_is_recompiled(tiny_model, tmp_path):
 
 
 def test_cache_key_depends_on_data_and_configuration(tiny_model):
-    data = load_bundled("iris")
-    other = build_model("iris-tiny", data.features, data.labels, KnnSettings(n=6, k=3, bits=4, seed=9))
+    plan = tiny_model.plan
+    moved = plan.train.copy()
+    moved[0, 0] = (moved[0, 0] + 1) % (plan.max_level + 1)  # one training level changed
+    other = replace(tiny_model, plan=build_plan(moved, plan.labels, plan.n_classes, plan.k, plan.bits))
+    relabelled = replace(
+        tiny_model,
+        plan=build_plan(plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits),
+    )
     base = tiny_model.cache_key(CircuitConfig())
     assert base == tiny_model.cache_key(CircuitConfig())
     assert base != tiny_model.cache_key(CircuitConfig(sign_bits=3))
-    if not np.array_equal(other.plan.train, tiny_model.plan.train):
-        assert base != other.cache_key(CircuitConfig())
+    assert base != other.cache_key(CircuitConfig())
+    assert base != relabelled.cache_key(CircuitConfig())
 
 
 def test_public_info_hides_n_k_and_training_data(tiny_model):

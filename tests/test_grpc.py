@@ -273,3 +273,16 @@ def test_server_reflection_lists_the_services(channel):
         "petlab.paillier.v1.PaillierKnnService",
         "grpc.health.v1.Health",
     } <= services
+
+
+def test_damaged_key_cache_is_replaced(channel, running, held_out, tmp_path):
+    fresh = KnnRemote(channel, "test-server", tmp_path, timeout=300, show_progress=False)
+    first = fresh.prepare("iris")
+    (first.directory / "keys.bin").write_bytes(b"damaged")
+    again = fresh.prepare("iris")
+    assert again.key_id and again.key_id != first.key_id
+    assert fresh.classify(again, held_out[7]) == reference(running, "iris", held_out[7:8])[0]
+    (again.directory / "keys.bin").unlink()  # keys gone, key id left behind
+    third = fresh.prepare("iris")
+    assert third.key_id not in (first.key_id, again.key_id)
+    assert fresh.classify(third, held_out[8]) == reference(running, "iris", held_out[8:9])[0]
