@@ -11,10 +11,12 @@ with the number of non-empty origin blocks and with m_total only:
 2. The multinomial over the s non-empty blocks plus that aggregate decides how many synthetic
    workers come from empty blocks.
 3. Given the aggregate, the empty blocks' proportions are Dirichlet(alpha, ..., alpha), so spreading
-   those workers is a Dirichlet-multinomial draw, done as a Pólya urn: the next worker starts a new
-   empty block with probability alpha (k_e - u) / (alpha k_e + t) (u blocks used so far, t workers
-   placed), or joins used block j with probability (alpha + c_j) / (alpha k_e + t); a new block is
-   a uniform choice among the unused empty ones (rejection sampling, cheap while u << k_e).
+   those workers is a Dirichlet-multinomial draw, done as a Pólya urn (:func:`polya_spread`): the
+   next worker starts a new empty block with probability alpha (k_e - u) / (alpha k_e + t) (u blocks
+   used so far, t workers placed), or joins used block j with probability
+   (alpha + c_j) / (alpha k_e + t). The urn only decides how the workers group; which empty blocks
+   they land in is a uniform choice of distinct unused ones (rejection sampling, cheap while
+   u << k_e), since the empty blocks are exchangeable.
 
 The result has exactly the distribution of the dense algorithm (``tests/test_onthemap.py``).
 """
@@ -51,33 +53,66 @@ def synthesize_destination(
     total = shares.sum() + empty_share
     drawn = rng.multinomial(m, np.append(shares, empty_share) / total)
     result = {int(o): int(c) for o, c in zip(origins, drawn[:-1], strict=True) if c}
-    for block, count in _polya_spread(int(drawn[-1]), empty, alpha, set(origins.tolist()), domain_size, rng):
-        result[block] = count
+    _, sizes = polya_spread(np.array([drawn[-1]]), np.array([empty]), np.array([alpha]), rng)
+    taken = set(result) | set(origins.tolist())
+    for size in sizes:
+        while True:  # a uniform unused empty block (rejection: cheap while few are used)
+            block = int(rng.integers(domain_size))
+            if block not in taken:
+                break
+        taken.add(block)
+        result[block] = int(size)
     return result
 
 
-def _polya_spread(
-    workers: int, empty: int, alpha: float, occupied: set[int], domain_size: int, rng: np.random.Generator
-) -> list[tuple[int, int]]:
-    """Dirichlet-multinomial(workers; alpha, ..., alpha over the empty blocks), sparsely."""
-    used_blocks: list[int] = []
-    used_counts: list[int] = []
-    taken = set(occupied)
-    for placed in range(workers):
-        new_weight = alpha * (empty - len(used_blocks))
-        if rng.random() * (alpha * empty + placed) < new_weight:
-            while True:  # a uniform unused empty block
-                block = int(rng.integers(domain_size))
-                if block not in taken:
-                    break
-            taken.add(block)
-            used_blocks.append(block)
-            used_counts.append(1)
-        else:
-            weights = alpha + np.asarray(used_counts, dtype=float)
-            j = int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
-            used_counts[min(j, len(used_counts) - 1)] += 1
-    return list(zip(used_blocks, used_counts, strict=True))
+def polya_spread(
+    workers: np.ndarray, blocks: np.ndarray, alpha: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dirichlet-multinomial(workers[g]; alpha[g] on each of blocks[g] blocks) for many groups at
+    once, sparsely: returns (group of each used block, its worker count).
+
+    A Pólya urn, vectorised over the groups with one step per worker index t: worker t of group
+    g starts a new block with probability alpha (K - u) / (alpha K + t), copies the block of a
+    uniformly chosen earlier worker with probability t / (alpha K + t), and otherwise joins a
+    uniformly chosen used block (probability alpha u / (alpha K + t)); the last two together join
+    used block j with probability (c_j + alpha) / (alpha K + t), as the urn requires.
+    """
+    workers = np.asarray(workers, dtype=np.int64)
+    blocks = np.asarray(blocks, dtype=np.int64)
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=float), workers.shape)
+    if ((workers > 0) & (blocks < 1)).any():
+        raise ValueError("a group with workers needs at least one block")
+    base = np.zeros(len(workers), dtype=np.int64)
+    np.cumsum(workers[:-1], out=base[1:])
+    assignment = np.empty(int(workers.sum()), dtype=np.int64)  # block id (global) per worker
+    used_ids = np.empty_like(assignment)  # the groups' used blocks, at base[g] + u
+    used = np.zeros(len(workers), dtype=np.int64)
+    next_id = 0
+    active = np.flatnonzero(workers > 0)
+    for t in range(int(workers.max(initial=0))):
+        active = active[workers[active] > t]
+        g = active
+        total = alpha[g] * blocks[g] + t
+        draw = rng.random(len(g)) * total
+        new = draw < alpha[g] * (blocks[g] - used[g])
+        copy = ~new & (draw < alpha[g] * (blocks[g] - used[g]) + t)
+        chosen = np.empty(len(g), dtype=np.int64)
+        fresh = np.arange(next_id, next_id + int(new.sum()))
+        next_id += len(fresh)
+        chosen[new] = fresh
+        used_ids[base[g[new]] + used[g[new]]] = fresh
+        if copy.any():
+            gc = g[copy]
+            chosen[copy] = assignment[base[gc] + (rng.random(len(gc)) * t).astype(np.int64)]
+        other = ~new & ~copy
+        if other.any():
+            go = g[other]
+            chosen[other] = used_ids[base[go] + (rng.random(len(go)) * used[go]).astype(np.int64)]
+        used[g[new]] += 1
+        assignment[base[g] + t] = chosen
+    group_of_block = np.empty(next_id, dtype=np.int64)
+    group_of_block[assignment] = np.repeat(np.arange(len(workers)), workers)
+    return group_of_block, np.bincount(assignment, minlength=next_id)
 
 
 def synthesize_destination_dense(

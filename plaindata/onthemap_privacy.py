@@ -15,6 +15,37 @@ in log space throughout:
 * Theorem 4.4: for eps > ln 3 and m(d) = n(d), Algorithm 1 is (eps, delta)-probabilistically DP if
   for every d, rho(n, m, min alpha, |alpha| - min alpha, e^eps - 1) <= delta (e^eps - 2) / (2 k e^eps),
   k the size of the origin domain. :func:`pdp_alpha` finds the smallest uniform alpha by bisection.
+* Union-tail form of Theorem 4.4 (used by the release pipeline). Theorems 4.3 and 4.4 bound the
+  probability that the output leaves gamma-Rep(X) = {S : m_i <= gamma (alpha + [n_i - 1]^+)},
+  gamma = e^eps - 1, because on gamma-Rep no neighbour changes the likelihood by more than e^eps.
+  With a uniform alpha = a over k blocks and m = n, block i's synthetic count is
+  BetaBinomial(n; n_i + a, n - n_i + (k - 1) a), so by the union bound over blocks, for every X,
+  P(S not in gamma-Rep(X)) <= k T(0) + min(k, n) max_{1 <= x <= n} T(x), with
+  T(x) = P(BetaBinomial(n; x + a, n - x + (k - 1) a) > gamma (a + [x - 1]^+))
+  (at most n blocks are non-empty). Theorem 4.4 bounds the same probability through the point
+  mass rho at the boundary and a geometric tail factor; the exact tails are tighter (a smaller
+  alpha for the same (eps, delta), ``tests/test_onthemap_privacy.py``) and always admit a solution:
+  a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
+  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once.
+* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here).
+  A^{a/r} reruns Algorithm 1 until the output lies in gamma-Good(X), the union of gamma-Rep(X')
+  over the neighbours X' of X (X itself included). Let p bound P(A(X) not in gamma-Rep(X)) for
+  every X. For neighbours X, X' and an output S in gamma-Rep(X): S is in gamma-Good(X) and in
+  gamma-Good(X') (X is a neighbour of X'), so
+  P(A^{a/r}(X) = S) / P(A^{a/r}(X') = S)
+    = [P(A(X) = S) / P(A(X') = S)] * [P(A(X') in Good(X')) / P(A(X) in Good(X))].
+  The first factor lies in [1/(gamma + 1), gamma + 1] (Theorem 4.3: gamma-Rep(X) is outside the
+  disclosure set for ln(gamma + 1)); each probability of Good is in [1 - p, 1], so the second
+  factor lies in [1 - p, 1/(1 - p)]. Hence eps_ar = ln((gamma + 1) / (1 - p)). The accepted output
+  leaves gamma-Rep(X) with probability q / (r + q) <= 1 - r <= p (r = P(Rep), q = P(Good minus Rep),
+  r + q <= 1), so delta = p. With gamma = e^eps - 1 and alpha chosen so that p <= delta, the
+  accept/reject release is (eps - ln(1 - delta), delta)-probabilistically DP: the cost of never
+  publishing an unrepresentative table is -ln(1 - delta) ~ delta in eps.
+  Membership in gamma-Good for within-destination neighbours (one worker of d moves from origin j
+  to origin l; n(d) = m(d) is public, Section IV): S is good iff no cell violates gamma-Rep(X), or
+  exactly one cell c does, adding a worker to c repairs it (m_c <= gamma (alpha + n_c)), and some
+  other non-empty origin j can lose a worker without violating (m_j <= gamma (alpha + [n_j - 2]^+)).
+  An empty block that violates can never be repaired (its bound gamma alpha does not move).
 * Theorem 5.2 (domain shrinking, Algorithm 2): with empty origin blocks kept with probability
   f_d(i), eps' = eps + max_i ln(1 / f_d(i)) + max_i ceil(alpha_i) ln 2. Section VI: eps = 4.6,
   min f = 0.0378, max ceil(alpha) = 1 give eps' = 8.57, "about 8.6".
@@ -27,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import betaln, gammaln
+from scipy.stats import betabinom
 
 
 def dp_alpha(m: int, epsilon: float) -> float:
@@ -79,6 +111,118 @@ def pdp_alpha(n: int, epsilon: float, delta: float, k: int, tolerance: float = 1
         middle = math.sqrt(low * high) if low > 0 else high / 2
         low, high = (low, middle) if holds(middle) else (middle, high)
     return high
+
+
+def log_union_tail(n, k, a, c) -> np.ndarray:
+    """log of k T(0) + min(k, n) max_x T(x) (module docstring) for arrays of (n, k, a); c = gamma."""
+    n, k, a = (np.atleast_1d(np.asarray(v)) for v in np.broadcast_arrays(n, k, a))
+    n = n.astype(np.int64)
+    if (n < 1).any() or (k < 2).any() or (a <= 0).any() or c <= 0:
+        raise ValueError("need n >= 1, k >= 2, a > 0 and gamma > 0")
+    owner = np.repeat(np.arange(len(n)), n + 1)
+    x = np.arange(len(owner)) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)
+    nn, kk, aa = n[owner], k[owner].astype(float), a[owner].astype(float)
+    bound = np.floor(c * (aa + np.maximum(x - 1, 0)) * (1 + 1e-12))
+    reachable = bound < nn  # m_i <= n, so a bound at or above n has an empty tail
+    log_tail = np.full(len(owner), -np.inf)
+    with np.errstate(divide="ignore"):
+        log_tail[reachable] = np.log(
+            betabinom.sf(
+                bound[reachable], nn[reachable], (x + aa)[reachable], (nn - x + (kk - 1) * aa)[reachable]
+            )
+        )
+    empty = log_tail[x == 0]
+    occupied = np.full(len(n), -np.inf)
+    np.maximum.at(occupied, owner[x > 0], log_tail[x > 0])
+    with np.errstate(divide="ignore"):
+        return np.logaddexp(
+            np.log(k.astype(float)) + empty, np.log(np.minimum(k, n).astype(float)) + occupied
+        )
+
+
+def union_tail_alphas(
+    n, k, epsilon: float, delta: float, grid_points: int = 60, refinements: int = 12
+) -> np.ndarray:
+    """For each public (n, k): a uniform alpha with P(S not in gamma-Rep(X)) <= delta for every X
+    (union-tail form, module docstring), all pairs at once.
+
+    The bound is not monotone in alpha (the floor in the tail's threshold makes it jump where
+    gamma alpha crosses an integer), so bisection from [0, n / gamma] could stop at a large
+    alpha. Instead: a geometric grid of ``grid_points`` values from 1e-4 n / gamma up to n / gamma
+    (which always satisfies the bound), the first grid value that satisfies it, then bisection
+    between it and the grid value below, keeping an alpha that satisfies the bound throughout.
+    """
+    n, k = (np.atleast_1d(np.asarray(v, dtype=np.int64)) for v in np.broadcast_arrays(n, k))
+    if not 0 < delta < 1 or epsilon <= 0 or (n < 1).any() or (k < 2).any():
+        raise ValueError("need 0 < delta < 1, epsilon > 0, n >= 1 and k >= 2")
+    c, target = math.expm1(epsilon), math.log(delta)
+    scale = np.geomspace(1e-4, 1.0, grid_points)
+    grid = (n / c)[:, None] * scale[None, :]
+    holds = log_union_tail(np.repeat(n, grid_points), np.repeat(k, grid_points), grid.ravel(), c) <= target
+    holds = holds.reshape(len(n), grid_points)
+    holds[:, -1] = True  # n / gamma: every tail is empty
+    first = holds.argmax(axis=1)
+    high = grid[np.arange(len(n)), first]
+    low = np.where(first > 0, grid[np.arange(len(n)), np.maximum(first - 1, 0)], high)
+    for _ in range(refinements):
+        middle = np.sqrt(low * high)
+        ok = log_union_tail(n, k, middle, c) <= target
+        high = np.where(ok, middle, high)
+        low = np.where(ok, low, middle)
+    return high
+
+
+def union_tail_alpha(n: int, epsilon: float, delta: float, k: int) -> float:
+    """:func:`union_tail_alphas` for one (n, k)."""
+    return float(union_tail_alphas(n, k, epsilon, delta)[0])
+
+
+def accept_reject_epsilon(epsilon: float, delta: float) -> float:
+    """Lemma 5.2 as derived in the module docstring: eps - ln(1 - delta)."""
+    if not 0 <= delta < 1:
+        raise ValueError("delta lies in [0, 1)")
+    return epsilon - math.log1p(-delta)
+
+
+def gamma_good(n_counts, m_counts, alpha: float, gamma: float) -> bool:
+    """Is one destination's output in gamma-Good(X)? Arrays cover every origin with n_i > 0 or
+    m_i > 0 (all other origins have m_i = 0 and cannot violate)."""
+    n_counts, m_counts = np.asarray(n_counts), np.asarray(m_counts)
+    violating = m_counts > gamma * (alpha + np.maximum(n_counts - 1, 0))
+    if not violating.any():
+        return True
+    if violating.sum() > 1:
+        return False
+    c = int(np.flatnonzero(violating)[0])
+    if n_counts[c] == 0 or m_counts[c] > gamma * (alpha + n_counts[c]):
+        return False
+    donors = (n_counts >= 1) & (m_counts <= gamma * (alpha + np.maximum(n_counts - 2, 0)))
+    donors[c] = False
+    return bool(donors.any())
+
+
+def gamma_good_by_group(
+    group: np.ndarray,
+    n_counts: np.ndarray,
+    m_counts: np.ndarray,
+    alpha: np.ndarray,
+    gamma: float,
+    groups: int,
+) -> np.ndarray:
+    """:func:`gamma_good` for many destinations at once: cell j belongs to destination group[j];
+    alpha is per destination. Returns one boolean per destination."""
+    group, n_counts, m_counts = (np.asarray(v, dtype=np.int64) for v in (group, n_counts, m_counts))
+    a = np.asarray(alpha, dtype=float)[group]
+    violating = m_counts > gamma * (a + np.maximum(n_counts - 1, 0))
+    violations = np.bincount(group[violating], minlength=groups)
+    donor = (n_counts >= 1) & (m_counts <= gamma * (a + np.maximum(n_counts - 2, 0)))
+    donors = np.bincount(group[donor], minlength=groups)
+    repairable = violating & (n_counts >= 1) & (m_counts <= gamma * (a + n_counts))
+    fixable = np.zeros(groups, dtype=bool)
+    # a donor other than the violating cell itself (a violating cell is never a donor)
+    fixable[group[repairable]] = donors[group[repairable]] > 0
+    single_repairable = np.bincount(group[repairable], minlength=groups) == 1
+    return (violations == 0) | ((violations == 1) & single_repairable & fixable)
 
 
 def shrunk_epsilon(epsilon: float, min_keep_probability: float, max_ceil_alpha: int) -> float:

@@ -8,12 +8,17 @@ import numpy as np
 import pytest
 
 from plaindata.onthemap_privacy import (
+    accept_reject_epsilon,
     dirichlet_multinomial_logpmf,
     dp_alpha,
+    gamma_good,
+    gamma_good_by_group,
     log_rho,
+    log_union_tail,
     pdp_alpha,
     pdp_threshold,
     shrunk_epsilon,
+    union_tail_alphas,
     worst_case_ratio,
 )
 
@@ -98,3 +103,122 @@ def test_bad_parameters():
         dp_alpha(0, 1.0)
     with pytest.raises(ValueError):
         shrunk_epsilon(1.0, 0.0, 1)
+
+
+# --- gamma-Rep, gamma-Good, Lemma 5.2 and the union-tail bound, by enumeration on tiny domains ---
+
+
+def in_rep(output, counts, alpha, gamma) -> bool:
+    return bool((output <= gamma * (alpha + np.maximum(counts - 1, 0))).all())
+
+
+def in_good_brute_force(output, counts, alpha, gamma) -> bool:
+    """Definition: the union of gamma-Rep(X') over X' = X and every within-destination move."""
+    if in_rep(output, counts, alpha, gamma):
+        return True
+    k = len(counts)
+    for i, j in itertools.permutations(range(k), 2):
+        if counts[i] == 0:
+            continue
+        moved = counts.copy()
+        moved[i] -= 1
+        moved[j] += 1
+        if in_rep(output, moved, alpha, gamma):
+            return True
+    return False
+
+
+def exact_output_law(counts, alpha, m):
+    outputs = list(compositions(m, len(counts)))
+    probabilities = np.exp([dirichlet_multinomial_logpmf(o, counts, alpha) for o in outputs])
+    return outputs, probabilities
+
+
+@pytest.mark.parametrize("gamma", [0.7, 1.5, 3.0])
+def test_gamma_good_matches_its_definition(gamma):
+    k, n, a = 4, 4, 0.6
+    checked = 0
+    for counts in compositions(n, k):
+        for output in compositions(n, k):
+            expected = in_good_brute_force(output, counts, a, gamma)
+            assert gamma_good(counts, output, a, gamma) == expected
+            good = gamma_good_by_group(np.zeros(k, int), counts, output, np.array([a]), gamma, 1)[0]
+            assert good == expected
+            checked += 1
+    assert checked == 35 * 35
+
+
+def test_gamma_good_by_group_on_many_destinations():
+    rng = np.random.default_rng(5)
+    groups, cells = 300, 6
+    counts = rng.integers(0, 4, size=(groups, cells))
+    outputs = rng.integers(0, 5, size=(groups, cells))
+    alpha = rng.uniform(0.5, 1.5, groups)
+    gamma = 2.0
+    group = np.repeat(np.arange(groups), cells)
+    vectorised = gamma_good_by_group(group, counts.ravel(), outputs.ravel(), alpha, gamma, groups)
+    scalar = [gamma_good(counts[g], outputs[g], alpha[g], gamma) for g in range(groups)]
+    assert vectorised.tolist() == scalar
+    assert 10 < sum(scalar) < groups - 10  # both outcomes are exercised
+
+
+def test_lemma_5_2_derived_bound_by_enumeration():
+    """Accept/reject on gamma-Good: every neighbour ratio on gamma-Rep(X) outputs is within
+    (gamma + 1) / (1 - p), and the accepted output leaves gamma-Rep(X) with probability <= p."""
+    k, n, a, gamma = 3, 3, 1.0, 2.0
+    alpha = np.full(k, a)
+    inputs = list(compositions(n, k))
+    law = {}
+    p = 0.0
+    for counts in inputs:
+        outputs, probabilities = exact_output_law(counts, alpha, n)
+        good = np.array([gamma_good(counts, o, a, gamma) for o in outputs])
+        rep = np.array([in_rep(o, counts, a, gamma) for o in outputs])
+        p = max(p, probabilities[~rep].sum())
+        accepted = np.where(good, probabilities, 0.0) / probabilities[good].sum()
+        law[tuple(counts)] = (outputs, accepted, rep)
+    assert 0 < p < 0.5
+    bound = (gamma + 1) / (1 - p)
+    worst = 0.0
+    for counts in inputs:
+        outputs, accepted, rep = law[tuple(counts)]
+        assert accepted[~rep].sum() <= p + 1e-12
+        for i, j in itertools.permutations(range(k), 2):
+            if counts[i] == 0:
+                continue
+            moved = counts.copy()
+            moved[i] -= 1
+            moved[j] += 1
+            _, accepted_moved, _ = law[tuple(moved)]
+            ratios = accepted[rep] / accepted_moved[rep]
+            worst = max(worst, ratios.max(), (1 / ratios).max())
+    assert worst <= bound * (1 + 1e-9)
+    assert worst >= (gamma + 1) * (1 - 1e-9)  # Theorem 4.3's factor is attained
+    assert accept_reject_epsilon(math.log(gamma + 1), p) == pytest.approx(math.log(bound))
+
+
+def test_union_tail_bounds_the_exact_probability_of_leaving_gamma_rep():
+    k, n, eps = 3, 4, 1.2
+    gamma = math.expm1(eps)
+    for a in (0.05, 0.3, 1.0):
+        alpha = np.full(k, a)
+        worst = 0.0
+        for counts in compositions(n, k):
+            outputs, probabilities = exact_output_law(counts, alpha, n)
+            rep = np.array([in_rep(o, counts, a, gamma) for o in outputs])
+            worst = max(worst, probabilities[~rep].sum())
+        bound = math.exp(log_union_tail(n, k, a, gamma)[0])
+        assert worst <= bound + 1e-12
+        assert bound < 4 * worst + 1e-12  # and it is not vacuous
+
+
+def test_union_tail_alphas_satisfy_their_bound_and_beat_theorem_4_4():
+    eps, delta, k = 4.6, 1e-5, 233726
+    n = np.array([1, 2, 5, 15, 60, 300])
+    alphas = union_tail_alphas(n, k, eps, delta)
+    assert (log_union_tail(n, k, alphas, math.expm1(eps)) <= math.log(delta)).all()
+    assert (alphas <= n / math.expm1(eps) + 1e-15).all()  # never above Theorem 4.1's pure-DP prior
+    for size, alpha in zip(n[2:], alphas[2:], strict=True):
+        assert alpha <= pdp_alpha(int(size), eps, delta, k)  # same guarantee, smaller prior
+    # a step below the returned alpha (on the refinement scale) breaks the bound for typical n
+    assert log_union_tail(15, k, alphas[3] * 0.99, math.expm1(eps))[0] > math.log(delta)

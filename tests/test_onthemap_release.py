@@ -1,0 +1,199 @@
+"""The OnTheMap release pipeline (Algorithms 1 and 2 with accept/reject) has exactly the law the
+paper defines, on a geography small enough to enumerate; its building blocks agree with brute
+force."""
+
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from plaindata.block_grid import MILES_PER_DEGREE_LATITUDE, BlockGrid
+from plaindata.coarsening import coarsen, refine
+from plaindata.onthemap import polya_spread
+from plaindata.onthemap_privacy import dirichlet_multinomial_logpmf, gamma_good
+from plaindata.onthemap_release import DistanceBands, release
+
+ALPHA_TEST = 1e-6
+
+
+def grid_from_miles(x, y, cell_miles=1.0) -> BlockGrid:
+    """Blocks at (x, y) miles near the equator (cos(latitude) ~ 1)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    return BlockGrid.build(y / MILES_PER_DEGREE_LATITUDE, x / MILES_PER_DEGREE_LATITUDE, cell_miles)
+
+
+def chi_square_pvalue(observed: Counter, expected: dict, draws: int) -> float:
+    keys = sorted(expected, key=lambda o: -expected[o])
+    big = [o for o in keys if expected[o] * draws >= 5]
+    small = [o for o in keys if expected[o] * draws < 5]
+    assert set(observed) <= set(expected), "an output the law gives probability 0"
+    f_obs = [observed[o] for o in big] + ([sum(observed[o] for o in small)] if small else [])
+    f_exp = [expected[o] * draws for o in big] + ([sum(expected[o] for o in small) * draws] if small else [])
+    return stats.chisquare(f_obs, np.array(f_exp) * sum(f_obs) / sum(f_exp)).pvalue
+
+
+def test_blocks_within_and_rings_match_brute_force():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 30, 400), rng.uniform(0, 20, 400)
+    grid = grid_from_miles(x, y, cell_miles=2.0)
+    cells = grid.cell_of_block[:25]
+    for radius in (0, 1, 3, 8, 40):
+        rings = grid.ring(cells[:, None], grid.cell_of_block[None, :])
+        assert grid.blocks_within(cells, radius).tolist() == (rings < radius).sum(1).tolist()
+
+
+def test_sample_rings_is_uniform_on_the_ring():
+    rng = np.random.default_rng(1)
+    x, y = rng.uniform(0, 12, 300), rng.uniform(0, 12, 300)
+    grid = grid_from_miles(x, y)
+    cell = grid.cell_of_block[0]
+    members = np.flatnonzero(
+        (grid.ring(cell, grid.cell_of_block) >= 2) & (grid.ring(cell, grid.cell_of_block) < 5)
+    )
+    draws = grid.sample_rings(np.full(20000, cell), 2, 5, np.random.default_rng(2))
+    assert set(draws.tolist()) <= set(members.tolist())
+    counts = np.array([np.sum(draws == m) for m in members])
+    assert stats.chisquare(counts).pvalue > ALPHA_TEST
+    with pytest.raises(ValueError, match="no block"):
+        grid.sample_rings(np.array([cell]), 500, 501, rng)
+
+
+def test_polya_spread_is_dirichlet_multinomial_for_every_group():
+    """Sorted block sizes of each group against dense Dirichlet-multinomial draws."""
+    workers, blocks, alpha = np.array([4, 0, 3, 5]), np.array([3, 2, 6, 2]), np.array([0.4, 1.0, 2.0, 0.7])
+    draws = 20000
+    rng, dense_rng = np.random.default_rng(3), np.random.default_rng(4)
+    sparse = [Counter() for _ in workers]
+    for _ in range(draws):
+        group, size = polya_spread(workers, blocks, alpha, rng)
+        for g in range(len(workers)):
+            sparse[g][tuple(sorted(size[group == g].tolist()))] += 1
+    for g, (w, k, a) in enumerate(zip(workers, blocks, alpha, strict=True)):
+        dense = Counter()
+        for _ in range(draws):
+            counts = dense_rng.multinomial(w, dense_rng.dirichlet(np.full(k, a)))
+            dense[tuple(sorted(int(c) for c in counts if c))] += 1
+        outcomes = sorted(set(sparse[g]) | set(dense))
+        if len(outcomes) == 1:
+            assert w == 0 and outcomes == [()]
+            continue
+        table = np.array([[sparse[g][o] for o in outcomes], [dense[o] for o in outcomes]])
+        assert stats.chi2_contingency(table).pvalue > ALPHA_TEST
+
+
+# A geography to enumerate: destination block 0 at the centre of cell (0, 0); band 0 (rings 0-1)
+# holds blocks 0, 1, 2; band 1 (rings 2-3) holds blocks 3, 4, 5; blocks 6 and 7 lie beyond the
+# domain (they also pin the grid's corner at 0 miles, so every block sits mid-cell).
+X = [0.5, 1.5, 0.5, 2.5, 3.5, 2.5, 0.0, 9.5]
+Y = [0.5, 0.5, 1.5, 0.5, 3.5, 2.5, 9.5, 0.0]
+BANDS = DistanceBands(edges_miles=(0.0, 2.0, 4.0), keep=(1.0, 0.5))
+
+
+def exact_release_law(counts: np.ndarray, alpha: float, gamma: float, keep_band_1: float) -> dict:
+    """Mixture over the kept subsets of the empty band-1 blocks of Algorithm 1 on the shrunk
+    domain, conditioned on gamma-Good (the paper's accept/reject)."""
+    law: dict = {}
+    empty_far = [i for i in (3, 4, 5) if counts[i] == 0]
+    for kept in itertools.product([False, True], repeat=len(empty_far)):
+        weight = math.prod(keep_band_1 if k else 1 - keep_band_1 for k in kept)
+        domain = [i for i in range(6) if i < 3 or counts[i] > 0 or (empty_far and kept[empty_far.index(i)])]
+        n = counts[domain]
+        outputs = [np.array(o) for o in _compositions(int(counts.sum()), len(domain))]
+        probabilities = np.array(
+            [math.exp(dirichlet_multinomial_logpmf(o, n, np.full(len(domain), alpha))) for o in outputs]
+        )
+        good = np.array([gamma_good(n, o, alpha, gamma) for o in outputs])
+        probabilities = np.where(good, probabilities, 0) / probabilities[good].sum()
+        for output, p in zip(outputs, probabilities, strict=True):
+            if p > 0:
+                full = np.zeros(6, dtype=int)
+                full[domain] = output
+                law[tuple(full)] = law.get(tuple(full), 0.0) + weight * p
+    return law
+
+
+def _compositions(total, parts):
+    for cut in itertools.combinations(range(total + parts - 1), parts - 1):
+        edges = (-1, *cut, total + parts - 1)
+        yield [edges[i + 1] - edges[i] - 1 for i in range(parts)]
+
+
+def test_release_has_the_papers_law_on_an_enumerable_geography():
+    grid = grid_from_miles(X, Y)
+    assert grid.blocks_within(grid.cell_of_block[:1], 2)[0] == 3
+    assert grid.blocks_within(grid.cell_of_block[:1], 4)[0] == 6
+    # destination 0: two workers from block 1, one from block 3, one from beyond the domain
+    destination, origin, count = np.array([0, 0, 0]), np.array([1, 3, 6]), np.array([2, 1, 1])
+    epsilon, delta = 1.2, 0.3
+    rng = np.random.default_rng(7)
+    draws = 3000
+    observed: Counter = Counter()
+    first = None
+    for _ in range(draws):
+        out = release(destination, origin, count, grid, epsilon, delta, BANDS, rng=rng)
+        first = first or out
+        full = np.zeros(6, dtype=int)
+        for o, c in zip(out.origin, out.count, strict=True):
+            full[o] += c
+        assert set(out.destination.tolist()) == {0} and len(set(out.origin.tolist())) == len(out.origin)
+        observed[tuple(full)] += 1
+    assert first.stats["suppressed_pairs"] == 1 and first.stats["workers"] == 3
+    alpha = float(first.alpha[0])
+    gamma = math.expm1(epsilon)
+    counts = np.array([0, 2, 0, 1, 0, 0])
+    law = exact_release_law(counts, alpha, gamma, keep_band_1=0.5)
+    assert sum(law.values()) == pytest.approx(1.0)
+    assert chi_square_pvalue(observed, law, draws) > ALPHA_TEST
+    # power: keeping every empty block (no Algorithm 2) is a detectably different law
+    assert chi_square_pvalue(observed, exact_release_law(counts, alpha, gamma, 1.0), draws) < ALPHA_TEST
+
+
+def test_release_at_scale_is_well_formed():
+    from plaindata.commute_data import generate
+
+    data = generate(3000, seed=2)
+    index = {b: i for i, b in enumerate(data.crosswalk.tabblk2010)}
+    grid = BlockGrid.build(data.crosswalk.blklatdd.to_numpy(), data.crosswalk.blklondd.to_numpy())
+    d = data.od.w_geocode.map(index).to_numpy()
+    o = data.od.h_geocode.map(index).to_numpy()
+    out = release(d, o, data.od.S000.to_numpy(), grid, 4.6, 1e-5, rng=np.random.default_rng(0))
+    pairs = set(zip(out.destination.tolist(), out.origin.tolist(), strict=True))
+    assert len(pairs) == len(out.count) and (out.count > 0).all()
+    true_totals = np.bincount(d, weights=data.od.S000.to_numpy(), minlength=grid.blocks)
+    synthetic_totals = np.bincount(out.destination, weights=out.count, minlength=grid.blocks)
+    suppressed = out.stats["suppressed_workers"]
+    assert synthetic_totals.sum() == true_totals.sum() - suppressed  # m(d) = n(d)
+    ring = grid.ring(grid.cell_of_block[out.destination], grid.cell_of_block[out.origin])
+    assert ring.max() < DistanceBands().ring_edges(1.0)[-1]
+    assert out.privacy.epsilon_after_shrinking == pytest.approx(
+        4.6 - math.log1p(-1e-5) + math.log(1 / 0.0378) + math.log(2) * out.privacy.max_ceil_alpha
+    )
+    assert "epsilon'" in "\n".join(out.privacy.lines())
+
+
+def test_release_rejects_bad_input():
+    grid = grid_from_miles(X, Y)
+    with pytest.raises(ValueError, match="ln 3"):
+        release([0], [1], [1], grid, 1.0, 1e-5)
+    with pytest.raises(ValueError, match="positive count"):
+        release([0], [1], [0], grid, 4.6, 1e-5)
+    with pytest.raises(ValueError, match="grid's blocks"):
+        release([0], [99], [1], grid, 4.6, 1e-5)
+    with pytest.raises(ValueError, match="keep"):
+        DistanceBands(edges_miles=(0.0, 1.0), keep=(0.0,))
+
+
+def test_coarsening_refines_proportionally_to_public_weights():
+    part_of_block = np.array([0, 0, 0, 1, 1, 2])
+    weight = np.array([1.0, 2.0, 3.0, 0.0, 5.0, 1.0])
+    assert coarsen(np.array([5, 0, 4]), part_of_block).tolist() == [2, 0, 1]
+    blocks = refine(np.zeros(30000, dtype=int), part_of_block, weight, np.random.default_rng(0))
+    counts = np.bincount(blocks, minlength=6)
+    assert counts[3:].sum() == 0
+    assert stats.chisquare(counts[:3], 30000 * np.array([1, 2, 3]) / 6).pvalue > ALPHA_TEST
+    assert set(refine(np.array([1, 1, 1]), part_of_block, weight, np.random.default_rng(1))) == {4}
+    with pytest.raises(ValueError, match="zero weight"):
+        refine(np.array([1]), part_of_block, np.array([1, 1, 1, 0, 0, 1.0]), np.random.default_rng(0))
