@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
 
     local = commands.add_parser("local-demo", help="encrypted k-NN on held-out Iris rows, in process")
     local.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
-    demo.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
-    demo.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
-    demo.add_argument(
+    local.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
+    local.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    local.add_argument(
         "--cache-dir",
         type=Path,
         default=None,
@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
     bench.add_argument("--global-p-error", type=float, default=CircuitConfig.global_p_error)
     bench.add_argument("--strategy", choices=["multi", "mono"], default="multi")
+
+    synth = commands.add_parser("onthemap-bench", help="OnTheMap release at state scale: time and memory")
+    synth.add_argument("--workers", type=int, default=1_500_000, help="workers (~ O/D pairs; default 1.5M)")
+    synth.add_argument("--blocks", type=int, default=233_726, help="blocks in the state (default 233,726)")
+    synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--out", type=Path, default=Path("results/onthemap_bench.csv"))
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -62,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             parameter_selection_strategy=args.strategy,
         )
         return run_bench(args.n, args.queries, args.out, config)
+    if args.command == "onthemap-bench":
+        from experiments.onthemap_bench import run_bench
+
+        return run_bench(args.workers, args.blocks, args.seed, args.out)
     return 2
 
 

@@ -1,6 +1,10 @@
 """``petlab-synth``: plain-data release tools.
 
 petlab-synth commute-data --workers 100000 --seed 1 --out commute/
+petlab-synth onthemap --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
+    --eps 4.6 --delta 1e-5 --out synthetic.csv.gz
+petlab-synth adaptive --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
+    --method improved --eps 1 --out adaptive.csv.gz
 """
 
 from __future__ import annotations
@@ -21,7 +25,31 @@ def main(argv: list[str] | None = None) -> int:
     commute.add_argument("--workers", type=int, required=True)
     commute.add_argument("--seed", type=int, default=0)
     commute.add_argument("--out", type=Path, required=True, help="directory for the O/D file and crosswalk")
+    onthemap = commands.add_parser("onthemap", help="OnTheMap PDP synthesizer (ICDE 2008 Algorithms 1-2)")
+    adaptive = commands.add_parser("adaptive", help="adaptive histograms / direct synthesis on O/D pairs")
+    for command in (onthemap, adaptive):
+        command.add_argument(
+            "--od", type=Path, required=True, help="LODES O/D file (w_geocode,h_geocode,S000)"
+        )
+        command.add_argument("--xwalk", type=Path, required=True, help="crosswalk with blklatdd, blklondd")
+        command.add_argument("--out", type=Path, required=True, help="synthetic O/D file (.csv or .csv.gz)")
+        command.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
+    onthemap.add_argument("--eps", type=float, default=4.6)
+    onthemap.add_argument("--delta", type=float, default=1e-5)
+    onthemap.add_argument("--cell-miles", type=float, default=1.0, help="grid cell for distance bands")
+    adaptive.add_argument("--method", choices=["basic", "improved", "direct"], default="improved")
+    adaptive.add_argument("--eps", type=float, default=1.0, help="epsilon per noisy count (see the report)")
+    adaptive.add_argument(
+        "--threshold", type=float, default=None, help="split threshold b (default ln16/eps+1)"
+    )
+    adaptive.add_argument("--depth", type=int, default=12, help="max depth (basic, direct)")
     args = parser.parse_args(argv)
+    if args.command in ("onthemap", "adaptive"):
+        try:
+            return _synthesize(args)
+        except (OSError, ValueError) as error:
+            print(f"petlab-synth: error: {error}", file=sys.stderr)
+            return 2
 
     if args.command == "commute-data":
         from plaindata.commute_data import generate, load_lodes
@@ -41,6 +69,107 @@ def main(argv: list[str] | None = None) -> int:
             f"({len(data.crosswalk)} blocks); commute miles {quartiles}"
         )
     return 0
+
+
+def _synthesize(args) -> int:
+    import pandas as pd
+
+    from plaindata.commute_data import load_lodes
+
+    if not args.eps > 0:
+        raise ValueError("--eps must be positive")
+    frame = load_lodes(args.od, args.xwalk)
+    crosswalk = pd.read_csv(args.xwalk, dtype=str)
+    block_column = next(c for c in ("tabblk2010", "tabblk2020") if c in crosswalk.columns)
+    blocks = pd.Index(crosswalk[block_column])
+    latitude, longitude = (
+        crosswalk.blklatdd.astype(float).to_numpy(),
+        crosswalk.blklondd.astype(float).to_numpy(),
+    )
+    destination = blocks.get_indexer(frame.w_geocode)
+    origin = blocks.get_indexer(frame.h_geocode)
+    count = frame.S000.to_numpy()
+    seeded = args.seed is not None
+    rng = np.random.default_rng(args.seed)  # OS entropy when unseeded
+    if args.command == "onthemap":
+        from plaindata.block_grid import BlockGrid
+        from plaindata.onthemap_release import release
+
+        grid = BlockGrid.build(latitude, longitude, args.cell_miles)
+        result = release(
+            destination,
+            origin,
+            count,
+            grid,
+            args.eps,
+            args.delta,
+            cell_miles=args.cell_miles,
+            rng=rng,
+            show_progress=True,
+        )
+        out_d, out_o, out_c = result.destination, result.origin, result.count
+        report = [
+            *result.privacy.lines(),
+            f"{result.stats['suppressed_pairs']} O/D pairs beyond the last distance band suppressed; "
+            f"{result.stats['rejected_draws']} destination draws rejected (accept/reject)",
+        ]
+    else:
+        out_d, out_o, out_c, report = _adaptive(
+            args, destination, origin, count, latitude, longitude, rng, seeded
+        )
+    synthetic = pd.DataFrame({"w_geocode": blocks[out_d], "h_geocode": blocks[out_o], "S000": out_c})
+    synthetic = synthetic.groupby(["w_geocode", "h_geocode"], as_index=False).S000.sum()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    synthetic.to_csv(args.out, index=False)
+    print(f"wrote {args.out}: {len(synthetic)} O/D pairs, {int(synthetic.S000.sum())} workers")
+    if seeded:
+        report.append("seeded run: reproducible randomness, NOT for release")
+    print("privacy report:\n  " + "\n  ".join(report))
+    return 0
+
+
+def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded):
+    """Workers as points of [0, 1]^4 (home lat/lon, work lat/lon; Section 5.1), synthesized,
+    then snapped back to the nearest blocks (public geography: post-processing)."""
+    import math
+
+    from scipy.spatial import cKDTree
+
+    from plaindata import adaptive
+    from plaindata.commute_metrics import to_unit_cube
+    from plaindata.hierarchies import Quadtree
+    from plaindata.noise import OpenDPNoise, SeededNoise
+
+    noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
+    low, high = np.array([latitude.min(), longitude.min()]), np.array([latitude.max(), longitude.max()])
+    coordinates = np.column_stack([latitude, longitude])
+    unit = to_unit_cube(coordinates, low, high)
+    points = np.hstack([unit[np.repeat(origin, count)], unit[np.repeat(destination, count)]])
+    domain = Quadtree(4)
+    threshold = args.threshold if args.threshold is not None else math.log(16) / args.eps + 1
+    if args.method == "direct":
+        synthetic = adaptive.direct_synthesis(points, domain, args.eps, args.depth, rng, noise)
+        report = [f"direct synthesis (Figures 3-4), max depth {args.depth}: epsilon = {args.eps:g}"]
+    else:
+        if args.method == "basic":
+            tree = adaptive.basic_histogram(points, domain, args.eps, threshold, args.depth, noise)
+            cost = args.eps * args.depth
+            name = f"basic adaptive histogram (Figure 1, depth {args.depth}): epsilon = {cost:g}"
+        else:
+            tree = adaptive.improved_histogram(points, domain, args.eps, threshold, noise=noise)
+            cost = 2 * args.eps
+            name = f"improved adaptive histogram (Figure 2, Theorem 3): epsilon = {cost:g}"
+        counts = adaptive.measure_leaves(points, domain, tree, args.eps, noise)
+        synthetic = adaptive.synthesize_from_counts(domain, counts, rng)
+        report = [
+            name,
+            f"leaf re-measurement: epsilon = {args.eps:g}",
+            f"total: epsilon = {cost + args.eps:g}",
+        ]
+    index = cKDTree(unit)
+    _, home = index.query(synthetic[:, :2])
+    _, work = index.query(synthetic[:, 2:])
+    return work, home, np.ones(len(home), dtype=np.int64), report
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ class NoiseSource(Protocol):
 
     def geometric(self, values: np.ndarray, scale: float) -> np.ndarray: ...
 
+    def noisy_max(self, scores: np.ndarray, scale: float) -> int: ...
+
 
 class OpenDPNoise:
     """Exact samplers from OpenDP over the OS's cryptographically secure randomness."""
@@ -50,6 +52,17 @@ class OpenDPNoise:
             dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=float(scale)
         )
         return np.asarray(measurement(values.ravel().tolist()), dtype=np.int64).reshape(values.shape)
+
+    def noisy_max(self, scores: np.ndarray, scale: float) -> int:
+        """Report-noisy-max with exponential noise (permute-and-flip); eps = 2 * sensitivity / scale
+        for sensitivity-bounded scores (OpenDP's privacy map)."""
+        measurement = dp.m.make_noisy_max(
+            dp.vector_domain(dp.atom_domain(T=float, nan=False)),
+            dp.linf_distance(T=float),
+            dp.max_divergence(),
+            scale=float(scale),
+        )
+        return int(measurement([float(v) for v in np.asarray(scores).ravel()]))
 
 
 @dataclass
@@ -71,6 +84,11 @@ class SeededNoise:
         values = np.asarray(values, dtype=np.int64)
         p = 1.0 - np.exp(-1.0 / scale)
         return values + self.rng.geometric(p, values.shape) - self.rng.geometric(p, values.shape)
+
+    def noisy_max(self, scores: np.ndarray, scale: float) -> int:
+        """The same law as OpenDP's: argmax of scores plus Exponential(scale) noise."""
+        scores = np.asarray(scores, dtype=float)
+        return int(np.argmax(scores + self.rng.exponential(scale, scores.shape)))
 
 
 def _scale(sensitivity: float, epsilon: float) -> float:
