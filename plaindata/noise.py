@@ -19,11 +19,14 @@ down, another up: L1 sensitivity 2).
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import opendp.prelude as dp
+from scipy.stats import binom
 
 dp.enable_features("contrib")
 
@@ -34,6 +37,8 @@ class NoiseSource(Protocol):
     def geometric(self, values: np.ndarray, scale: float) -> np.ndarray: ...
 
     def noisy_max(self, scores: np.ndarray, scale: float) -> int: ...
+
+    def binomial(self, trials: np.ndarray, p: float) -> np.ndarray: ...
 
 
 class OpenDPNoise:
@@ -64,6 +69,22 @@ class OpenDPNoise:
         )
         return int(measurement([float(v) for v in np.asarray(scores).ravel()]))
 
+    def binomial(self, trials: np.ndarray, p: float) -> np.ndarray:
+        """Binomial(trials, p) as sums of Bernoulli trials on os.urandom bits (p resolved to
+        2^-64); cost linear in the total number of trials."""
+        trials = np.asarray(trials, dtype=np.int64)
+        if (trials < 0).any() or not 0 <= p <= 1:
+            raise ValueError("trials must be non-negative and p in [0, 1]")
+        total = int(trials.sum())
+        bits = np.frombuffer(os.urandom(8 * total), dtype=np.uint64)
+        successes = bits < np.uint64(min(int(p * 2**64), 2**64 - 1)) if p < 1 else np.ones(total, bool)
+        owner = np.repeat(np.arange(trials.size), trials.ravel())
+        return (
+            np.bincount(owner, weights=successes, minlength=trials.size)
+            .astype(np.int64)
+            .reshape(trials.shape)
+        )
+
 
 @dataclass
 class SeededNoise:
@@ -89,6 +110,9 @@ class SeededNoise:
         """The same law as OpenDP's: argmax of scores plus Exponential(scale) noise."""
         scores = np.asarray(scores, dtype=float)
         return int(np.argmax(scores + self.rng.exponential(scale, scores.shape)))
+
+    def binomial(self, trials: np.ndarray, p: float) -> np.ndarray:
+        return self.rng.binomial(np.asarray(trials, dtype=np.int64), p)
 
 
 def _scale(sensitivity: float, epsilon: float) -> float:
@@ -120,3 +144,43 @@ def laplace_histogram(counts, epsilon: float, noise: NoiseSource | None = None) 
     if (counts < 0).any():
         raise ValueError("histogram counts must be non-negative")
     return laplace_mechanism(counts, 2.0, epsilon, noise)
+
+
+def bernoulli_binomial_histogram(
+    counts, keep: float, noise_trials: int, noise_probability: float, noise: NoiseSource | None = None
+) -> np.ndarray:
+    """The other histogram of Section III (ICDE 2008, after [14]): keep each record with
+    probability ``keep`` (a Bernoulli subsample), then add Binomial(noise_trials,
+    noise_probability) to every bucket. Its privacy is (eps, delta), not pure: a bucket of n + 1
+    can reach n + 1 + noise_trials, which a bucket of n cannot (see
+    :func:`bernoulli_binomial_delta`)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if (counts < 0).any():
+        raise ValueError("histogram counts must be non-negative")
+    if not 0 < keep <= 1 or not 0 < noise_probability < 1 or noise_trials < 1:
+        raise ValueError("need 0 < keep <= 1, 0 < noise_probability < 1 and noise_trials >= 1")
+    source = noise or OpenDPNoise()
+    return source.binomial(counts, keep) + source.binomial(
+        np.full(counts.shape, noise_trials), noise_probability
+    )
+
+
+def bernoulli_binomial_delta(
+    epsilon: float, keep: float, noise_trials: int, noise_probability: float, max_count: int
+) -> float:
+    """Exact delta(eps) of :func:`bernoulli_binomial_histogram` for neighbours that add or remove
+    one record, over bucket counts 0..max_count: the largest hockey-stick divergence
+    sum_x max(0, P_a(x) - e^eps P_b(x)) between the output laws of counts n and n + 1, both ways.
+    The output of a bucket of n is Binomial(n, keep) + Binomial(noise_trials, noise_probability)."""
+    support = np.arange(max_count + noise_trials + 2)
+    noise_law = binom.pmf(np.arange(noise_trials + 1), noise_trials, noise_probability)
+    worst = 0.0
+    previous = None
+    for n in range(max_count + 2):
+        law = np.convolve(binom.pmf(np.arange(n + 1), n, keep), noise_law)
+        law = np.pad(law, (0, len(support) - len(law)))
+        if previous is not None:
+            for a, b in ((law, previous), (previous, law)):
+                worst = max(worst, float(np.maximum(a - math.exp(epsilon) * b, 0.0).sum()))
+        previous = law
+    return worst

@@ -73,3 +73,26 @@ def test_bad_parameters():
         geometric_mechanism([1.5], 1, 1.0)
     with pytest.raises(ValueError, match="non-negative"):
         laplace_histogram([-1, 2], 1.0)
+
+
+def test_bernoulli_binomial_histogram_law_and_its_exact_delta():
+    from plaindata.noise import bernoulli_binomial_delta, bernoulli_binomial_histogram
+
+    keep, trials, p = 0.5, 6, 0.5
+    draws = 20000
+    for source in (SeededNoise(8), OpenDPNoise()):
+        out = bernoulli_binomial_histogram(np.full(draws, 3), keep, trials, p, source)
+        law = np.convolve(stats.binom.pmf(range(4), 3, keep), stats.binom.pmf(range(trials + 1), trials, p))
+        observed = np.bincount(out, minlength=len(law))
+        assert len(observed) == len(law)
+        assert stats.chisquare(observed, law * draws).pvalue > 1e-6
+    # delta by brute force on n = 0 vs 1: P_1(x) = (1 - q) P_0(x) + q P_0(x - 1)
+    base = stats.binom.pmf(np.arange(trials + 2), trials, p)
+    shifted = np.r_[0, base[:-1]]
+    one = (1 - keep) * base + keep * shifted
+    eps = 0.7
+    brute = max(np.maximum(one - np.exp(eps) * base, 0).sum(), np.maximum(base - np.exp(eps) * one, 0).sum())
+    assert bernoulli_binomial_delta(eps, keep, trials, p, max_count=0) == pytest.approx(brute)
+    # at least the mass where only the larger count reaches: all kept and all noise hits
+    assert bernoulli_binomial_delta(eps, keep, trials, p, 5) >= keep**6 * p**trials
+    assert bernoulli_binomial_delta(2.0, keep, 50, p, 50) < bernoulli_binomial_delta(0.5, keep, 50, p, 50)
