@@ -39,16 +39,21 @@ def compositions(total: int, parts: int):
         yield np.array([edges[i + 1] - edges[i] - 1 for i in range(parts)])
 
 
+def moves(counts: np.ndarray):
+    """Every neighbour of an origin histogram: one worker moved from one block to another."""
+    for i, j in itertools.permutations(range(len(counts)), 2):
+        if counts[i]:
+            moved = counts.copy()
+            moved[i] -= 1
+            moved[j] += 1
+            yield moved
+
+
 def exact_max_ratio(n: int, m: int, k: int, alpha: np.ndarray) -> float:
     """Max over neighbouring inputs (one worker moved between origin blocks) and all outputs."""
     best = 0.0
     for counts in compositions(n, k):
-        for i, j in itertools.permutations(range(k), 2):
-            if counts[i] == 0:
-                continue
-            moved = counts.copy()
-            moved[i] -= 1
-            moved[j] += 1
+        for moved in moves(counts):
             for output in compositions(m, k):
                 ratio = math.exp(
                     dirichlet_multinomial_logpmf(output, counts, alpha)
@@ -114,18 +119,7 @@ def in_rep(output, counts, alpha, gamma) -> bool:
 
 def in_good_brute_force(output, counts, alpha, gamma) -> bool:
     """Definition: the union of gamma-Rep(X') over X' = X and every within-destination move."""
-    if in_rep(output, counts, alpha, gamma):
-        return True
-    k = len(counts)
-    for i, j in itertools.permutations(range(k), 2):
-        if counts[i] == 0:
-            continue
-        moved = counts.copy()
-        moved[i] -= 1
-        moved[j] += 1
-        if in_rep(output, moved, alpha, gamma):
-            return True
-    return False
+    return in_rep(output, counts, alpha, gamma) or any(in_rep(output, m, alpha, gamma) for m in moves(counts))
 
 
 def exact_output_law(counts, alpha, m):
@@ -183,12 +177,7 @@ def test_lemma_5_2_derived_bound_by_enumeration():
     for counts in inputs:
         outputs, accepted, rep = law[tuple(counts)]
         assert accepted[~rep].sum() <= p + 1e-12
-        for i, j in itertools.permutations(range(k), 2):
-            if counts[i] == 0:
-                continue
-            moved = counts.copy()
-            moved[i] -= 1
-            moved[j] += 1
+        for moved in moves(counts):
             _, accepted_moved, _ = law[tuple(moved)]
             ratios = accepted[rep] / accepted_moved[rep]
             worst = max(worst, ratios.max(), (1 / ratios).max())
