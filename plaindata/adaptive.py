@@ -176,10 +176,7 @@ def measure_leaves(
 
 def synthesize_from_counts(domain, counts: dict[tuple[int, ...], float], rng: np.random.Generator):
     """round(max(0, count)) representatives per leaf, uniform in it (post-processing)."""
-    parts = [domain.sample(path, round(max(0.0, c)), rng) for path, c in counts.items() if round(c) > 0]
-    if isinstance(domain.sample((), 0, rng), list):
-        return [record for part in parts for record in part]
-    return np.concatenate(parts) if parts else np.empty((0, domain.dims))
+    return domain.collect([domain.sample(path, round(c), rng) for path, c in counts.items() if round(c) > 0])
 
 
 def center(count: int, subcounts, rng: np.random.Generator) -> np.ndarray:
@@ -239,9 +236,7 @@ def direct_synthesis(
             allocation = center(count, sub, rng)
             for index in np.flatnonzero(allocation):
                 frontier.append(((*path, int(index)), int(allocation[index]), members[child == index]))
-    if out and isinstance(out[0], list):
-        return [record for part in out for record in part]
-    return np.concatenate(out) if out else np.empty((0, getattr(domain, "dims", 0)))
+    return domain.collect(out)
 
 
 def imbalance(frame: pd.DataFrame, attribute: str) -> int:

@@ -112,6 +112,9 @@ def _synthesize(args) -> int:
             *result.privacy.lines(),
             f"{result.stats['suppressed_pairs']} O/D pairs beyond the last distance band suppressed; "
             f"{result.stats['rejected_draws']} destination draws rejected (accept/reject)",
+            f"{result.stats['workers_from_empty_blocks']} of {result.stats['workers']} synthetic workers "
+            "placed in blocks with no real commuter to their destination (mean prior mass per "
+            f"destination {result.stats['mean_prior_mass']:.0f})",
         ]
     else:
         out_d, out_o, out_c, report = _adaptive(

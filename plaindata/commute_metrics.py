@@ -107,6 +107,8 @@ def earthmover_approximation(a: np.ndarray, b: np.ndarray, depth: int) -> np.nda
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError("two point arrays with the same number of columns")
     dims = a.shape[1]
+    if depth < 0 or dims * depth > 62:
+        raise ValueError(f"depth must lie in 0..{62 // dims} for {dims}-D points (64-bit cell keys)")
     out = np.zeros(depth + 1)
     total = 0.0
     for level in range(depth + 1):

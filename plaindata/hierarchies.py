@@ -55,6 +55,10 @@ class Quadtree:
         corner, side = self.node_box(path)
         return corner + rng.random((count, self.dims)) * side
 
+    def collect(self, parts: list[np.ndarray]) -> np.ndarray:
+        """One record array from the samples of several nodes."""
+        return np.concatenate(parts) if parts else np.empty((0, self.dims))
+
 
 @dataclass(frozen=True)
 class Prefixes:
@@ -94,3 +98,6 @@ class Prefixes:
 
     def sample(self, path: tuple[int, ...], count: int, rng: np.random.Generator) -> list[str]:
         return [self.label(path)] * count
+
+    def collect(self, parts: list[list[str]]) -> list[str]:
+        return [record for part in parts for record in part]

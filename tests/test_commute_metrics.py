@@ -49,3 +49,10 @@ def test_earthmover_approximation_by_hand():
     assert to_unit_cube(np.array([[5.0, 0.0]]), np.array([0.0, 0.0]), np.array([10.0, 0.0])).tolist() == [
         [0.5, 0.0]
     ]
+
+
+def test_earthmover_depth_is_bounded_by_the_cell_keys():
+    points = np.zeros((1, 4))
+    assert len(earthmover_approximation(points, points, 15)) == 16
+    with pytest.raises(ValueError, match="depth"):
+        earthmover_approximation(points, points, 16)
