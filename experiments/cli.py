@@ -49,6 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--out", type=Path, default=Path("results/onthemap_bench.csv"))
 
+    plausible = commands.add_parser(
+        "plausible-bench", help="plausible-deniability synthesis: 100k candidates, records/s and pass rate"
+    )
+    plausible.add_argument(
+        "--data", type=Path, help="ACS CSV (default ../shared/data/acs13.csv, else the sample)"
+    )
+    plausible.add_argument("--candidates", type=int, default=100_000)
+    plausible.add_argument("--k", type=int, default=50)
+    plausible.add_argument("--gamma", type=float, default=4.0)
+    plausible.add_argument("--omega", type=int, default=9)
+    plausible.add_argument("--eps0", type=float, default=1.0)
+    plausible.add_argument("--seed", type=int, default=1)
+    plausible.add_argument("--out", type=Path, default=Path("results/plausible_bench.csv"))
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
@@ -72,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.onthemap_bench import run_bench
 
         return run_bench(args.workers, args.blocks, args.seed, args.out)
+    if args.command == "plausible-bench":
+        from experiments.plausible_bench import default_data, run_bench
+        from plaindata.plausible import PlausibleConfig
+
+        config = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
+        return run_bench(args.data or default_data(), args.candidates, config, args.seed, args.out)
     return 2
 
 

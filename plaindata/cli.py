@@ -5,6 +5,8 @@ petlab-synth onthemap --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv
     --eps 4.6 --delta 1e-5 --out synthetic.csv.gz
 petlab-synth adaptive --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
     --method improved --eps 1 --out adaptive.csv.gz
+petlab-synth plausible --data acs13.csv --k 50 --gamma 4 --omega 9 --eps0 1 --count 1000 \
+    --out synthetic.csv
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         "--threshold", type=float, default=None, help="split threshold b (default ln16/eps+1)"
     )
     adaptive.add_argument("--depth", type=int, default=12, help="max depth (basic, direct)")
+    _add_plausible(commands)
     args = parser.parse_args(argv)
+    if args.command == "plausible":
+        try:
+            return _plausible(args)
+        except (OSError, ValueError) as error:
+            print(f"petlab-synth: error: {error}", file=sys.stderr)
+            return 2
     if args.command in ("onthemap", "adaptive"):
         try:
             return _synthesize(args)
@@ -129,6 +138,86 @@ def _synthesize(args) -> int:
         report.append("seeded run: reproducible randomness, NOT for release")
     print("privacy report:\n  " + "\n  ".join(report))
     return 0
+
+
+def _add_plausible(commands) -> None:
+    plausible = commands.add_parser(
+        "plausible", help="plausible-deniability synthesis of person records (VLDB 2017)"
+    )
+    plausible.add_argument("--data", type=Path, help="input CSV (default: the shipped ACS 2013 sample)")
+    plausible.add_argument(
+        "--domains", type=Path, help="public domains, one attribute a line (default: the ACS domains)"
+    )
+    plausible.add_argument("--count", type=int, required=True, help="synthetic records to release")
+    plausible.add_argument("--out", type=Path, required=True, help="output CSV")
+    plausible.add_argument("--k", type=int, default=50)
+    plausible.add_argument("--gamma", type=float, default=4.0)
+    plausible.add_argument("--omega", type=int, default=9, help="attributes resampled from each seed")
+    plausible.add_argument("--eps0", type=float, default=1.0, help="Privacy Test 2's noise (Laplace 1/eps0)")
+    plausible.add_argument("--test", type=int, choices=[1, 2], default=2, help="Privacy Test 1 or 2")
+    plausible.add_argument(
+        "--t", type=int, help="Theorem 1's t (default: smallest eps with delta <= model delta)"
+    )
+    plausible.add_argument("--model-eps", type=float, default=1.0, help="DP budget of the generative model")
+    plausible.add_argument("--model-delta", type=float, default=2.0**-30)
+    plausible.add_argument("--max-cost", type=int, default=2000, help="cells per conditional table (eq. 6)")
+    plausible.add_argument("--max-plausible", type=int)
+    plausible.add_argument("--max-check-plausible", type=int)
+    plausible.add_argument("--max-candidates", type=int, help="give up after this many (default 100 x count)")
+    plausible.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
+
+
+def _plausible(args) -> int:
+    import pandas as pd
+
+    from plaindata import acs_sample_path
+    from plaindata.noise import OpenDPNoise, SeededNoise
+    from plaindata.plausible import PlausibleConfig, PlausiblePrivacyReport, fit, synthesize
+    from plaindata.tabular_schema import acs_discretization, acs_domains_path, load_domains
+
+    data_path = args.data or acs_sample_path()
+    frame = pd.read_csv(data_path)
+    schema = load_domains(args.domains or acs_domains_path())
+    if args.domains is None and set(frame.columns) != set(schema.names):
+        raise ValueError(
+            f"{data_path} does not have the ACS attributes; give its public domains with --domains"
+        )
+    if args.count < 1:
+        raise ValueError("--count must be at least 1")
+    config = PlausibleConfig(
+        k=args.k,
+        gamma=args.gamma,
+        omega=args.omega,
+        eps0=args.eps0 if args.test == 2 else None,
+        t=args.t,
+        model_epsilon=args.model_eps,
+        model_delta=args.model_delta,
+        max_cost=args.max_cost,
+        max_plausible=args.max_plausible,
+        max_check_plausible=args.max_check_plausible,
+    )
+    codes = schema.encode(frame)
+    seeded = args.seed is not None
+    rng = np.random.default_rng(args.seed)  # OS entropy when unseeded
+    noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
+    print(f"learning the model from {len(codes)} records of {data_path} ...", file=sys.stderr)
+    fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng, noise)
+    run = synthesize(fitted, args.count, config, rng, noise, args.max_candidates, show_progress=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    schema.decode(run.records)[list(frame.columns)].to_csv(args.out, index=False)
+    order = " -> ".join(schema.names[i] for i in fitted.model.order)
+    kept = ", ".join(schema.names[i] for i in fitted.model.kept(config.omega)) or "none"
+    print(
+        f"wrote {args.out}: {len(run.records)} records released of {run.candidates} candidates "
+        f"(pass rate {run.pass_rate:.1%}); dependency order {order}; kept from the seed: {kept}"
+    )
+    report = PlausiblePrivacyReport.of(fitted, config, len(run.records)).lines()
+    if len(run.records) < args.count:
+        report.append(f"only {len(run.records)} of the {args.count} requested records passed the test")
+    if seeded:
+        report.append("seeded run: reproducible randomness, NOT for release")
+    print("privacy report:\n  " + "\n  ".join(report))
+    return 0 if len(run.records) == args.count else 1
 
 
 def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded):

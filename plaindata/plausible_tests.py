@@ -85,3 +85,25 @@ def theorem1(k: int, gamma: float, eps0: float, t: int) -> Theorem1:
     if gamma <= 1 or eps0 <= 0:
         raise ValueError("gamma must exceed 1 and eps0 be positive")
     return Theorem1(eps0 + math.log(1 + gamma / t), math.exp(-eps0 * (k - t)), t)
+
+
+def privacy_test_1_batch(counts: np.ndarray, k: int) -> np.ndarray:
+    return np.asarray(counts) >= k
+
+
+def privacy_test_2_batch(
+    counts: np.ndarray, k: int, eps0: float, noise: NoiseSource | None = None
+) -> np.ndarray:
+    """Test 2 for many candidates at once, a fresh Lap(1/eps0) threshold for each."""
+    counts = np.asarray(counts)
+    thresholds = laplace_mechanism(np.full(counts.shape, float(k)), 1.0, eps0, noise)
+    return counts >= thresholds
+
+
+def default_t(k: int, eps0: float, delta_target: float) -> int:
+    """The largest t in 1..k-1 with Theorem 1's delta = exp(-eps0 (k - t)) <= delta_target (the
+    smallest eps at that delta); 1 when no t reaches the target."""
+    if k < 2:
+        raise ValueError("Theorem 1 needs k >= 2")
+    best = math.floor(k + math.log(delta_target) / eps0)
+    return int(min(k - 1, max(1, best)))

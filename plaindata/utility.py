@@ -62,7 +62,7 @@ def pmse(real: pd.DataFrame, synthetic: pd.DataFrame, categorical: bool = True) 
     combined = pd.concat([real, synthetic], ignore_index=True)
     features = pd.get_dummies(combined.astype(str), drop_first=True) if categorical else combined
     labels = np.r_[np.zeros(len(real)), np.ones(len(synthetic))]
-    model = LogisticRegression(penalty=None, max_iter=2000).fit(features.to_numpy(dtype=float), labels)
+    model = LogisticRegression(C=np.inf, max_iter=2000).fit(features.to_numpy(dtype=float), labels)
     scores = model.predict_proba(features.to_numpy(dtype=float))[:, 1]
     n, c = len(combined), len(synthetic) / len(combined)
     parameters = features.shape[1] + 1
