@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/petlab-experiments demo
+	$(BIN)/petlab-experiments all --quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

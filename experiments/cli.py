@@ -63,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     plausible.add_argument("--seed", type=int, default=1)
     plausible.add_argument("--out", type=Path, default=Path("results/plausible_bench.csv"))
 
+    everything = commands.add_parser(
+        "all", help="every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG"
+    )
+    size = everything.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a few minutes on 2 cores (default)")
+    size.add_argument("--full", action="store_true", help="the papers' scales (an hour or more)")
+    everything.add_argument("--out", type=Path, help="results directory (default results/all-quick or -full)")
+    everything.add_argument(
+        "--cache-dir", type=Path, default=Path(".petlab-cache"), help="compiled circuits (reused across runs)"
+    )
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
@@ -86,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.onthemap_bench import run_bench
 
         return run_bench(args.workers, args.blocks, args.seed, args.out)
+    if args.command == "all":
+        from experiments.run_all import FULL, QUICK, run_all
+
+        logging.getLogger().setLevel(logging.WARNING)  # the server's per-call log would drown the bar
+        mode = "full" if args.full else "quick"
+        run_all(FULL if args.full else QUICK, args.out or Path(f"results/all-{mode}"), args.cache_dir, mode)
+        return 0
     if args.command == "plausible-bench":
         from experiments.plausible_bench import default_data, run_bench
         from plaindata.plausible import PlausibleConfig

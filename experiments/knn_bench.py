@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import os
-import platform
 import time
 from dataclasses import replace
 from importlib.metadata import version
@@ -25,6 +24,7 @@ from crypto.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys
 from crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
 from crypto.knn_model import KnnSettings, build_model
 from crypto.knn_reference import classify
+from experiments.machine import cpu_model
 from server.datasets import load_bundled
 
 COLUMNS = [
@@ -64,16 +64,29 @@ def _sizes(circuit, query: np.ndarray) -> tuple[float, int, int]:
     return keygen, len(client.evaluation_keys_bytes()), len(client.encrypt(query))
 
 
-def bench_one(n: int, queries: int, config: CircuitConfig, k: int = 3, bits: int = 4) -> dict:
+def bench_one(
+    n: int,
+    queries: int,
+    config: CircuitConfig,
+    k: int = 3,
+    bits: int = 4,
+    d: int | None = None,
+    uncompressed_sizes: bool = True,
+) -> dict:
+    """One HE-kNN-V configuration on Iris (the first ``d`` features when given); the uncompressed
+    key and ciphertext sizes need a second compilation and key generation (skip for sweeps)."""
     train, test = load_bundled("iris").split()
-    model = build_model("iris", train.features, train.labels, KnnSettings(n=n, k=k, bits=bits))
-    levels = model.quantizer.transform(test.features)[:queries]
+    columns = slice(None) if d is None else slice(0, d)
+    model = build_model("iris", train.features[:, columns], train.labels, KnnSettings(n=n, k=k, bits=bits))
+    levels = model.quantizer.transform(test.features[:, columns])[:queries]
 
     started = time.perf_counter()
     circuit = compile_circuit(model.plan, config)
     compile_seconds = time.perf_counter() - started
-    plain = replace(config, compress_evaluation_keys=False, compress_input_ciphertexts=False)
-    _, eval_plain, query_plain = _sizes(compile_circuit(model.plan, plain), levels[0])
+    eval_plain = query_plain = -1
+    if uncompressed_sizes:
+        plain = replace(config, compress_evaluation_keys=False, compress_input_ciphertexts=False)
+        _, eval_plain, query_plain = _sizes(compile_circuit(model.plan, plain), levels[0])
 
     client = KnnClient(circuit.server.client_specs.serialize())
     started = time.perf_counter()
@@ -119,7 +132,7 @@ def bench_one(n: int, queries: int, config: CircuitConfig, k: int = 3, bits: int
         "server_over_clear": round(median / clear_median),
         "queries": len(levels),
         "encrypted_equals_clear": answers == classify(model.plan, levels).tolist(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "concrete_python": version("concrete-python"),
     }
@@ -140,13 +153,3 @@ def run_bench(ns: list[int], queries: int, out: Path, config: CircuitConfig | No
         writer.writerows(rows)
     print(f"wrote {len(rows)} rows to {out}")
     return 0 if all(r["encrypted_equals_clear"] for r in rows) else 1
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"

@@ -184,19 +184,26 @@ def accept_reject_epsilon(epsilon: float, delta: float) -> float:
     return epsilon - math.log1p(-delta)
 
 
+# gamma-Rep's bounds are attained exactly by priors such as alpha = n / gamma (Theorem 4.1's, which
+# the union-tail search returns for small n): gamma * alpha then lands a hair either side of the
+# integer it equals, and a draw on the boundary was rejected forever (found by the eps = 2 sweep).
+# The comparisons allow a relative 1e-9, far below any change in a count.
+SLACK = 1.0 + 1e-9
+
+
 def gamma_good(n_counts, m_counts, alpha: float, gamma: float) -> bool:
     """Is one destination's output in gamma-Good(X)? Arrays cover every origin with n_i > 0 or
     m_i > 0 (all other origins have m_i = 0 and cannot violate)."""
     n_counts, m_counts = np.asarray(n_counts), np.asarray(m_counts)
-    violating = m_counts > gamma * (alpha + np.maximum(n_counts - 1, 0))
+    violating = m_counts > SLACK * gamma * (alpha + np.maximum(n_counts - 1, 0))
     if not violating.any():
         return True
     if violating.sum() > 1:
         return False
     c = int(np.flatnonzero(violating)[0])
-    if n_counts[c] == 0 or m_counts[c] > gamma * (alpha + n_counts[c]):
+    if n_counts[c] == 0 or m_counts[c] > SLACK * gamma * (alpha + n_counts[c]):
         return False
-    donors = (n_counts >= 1) & (m_counts <= gamma * (alpha + np.maximum(n_counts - 2, 0)))
+    donors = (n_counts >= 1) & (m_counts <= SLACK * gamma * (alpha + np.maximum(n_counts - 2, 0)))
     donors[c] = False
     return bool(donors.any())
 
@@ -213,11 +220,11 @@ def gamma_good_by_group(
     alpha is per destination. Returns one boolean per destination."""
     group, n_counts, m_counts = (np.asarray(v, dtype=np.int64) for v in (group, n_counts, m_counts))
     a = np.asarray(alpha, dtype=float)[group]
-    violating = m_counts > gamma * (a + np.maximum(n_counts - 1, 0))
+    violating = m_counts > SLACK * gamma * (a + np.maximum(n_counts - 1, 0))
     violations = np.bincount(group[violating], minlength=groups)
-    donor = (n_counts >= 1) & (m_counts <= gamma * (a + np.maximum(n_counts - 2, 0)))
+    donor = (n_counts >= 1) & (m_counts <= SLACK * gamma * (a + np.maximum(n_counts - 2, 0)))
     donors = np.bincount(group[donor], minlength=groups)
-    repairable = violating & (n_counts >= 1) & (m_counts <= gamma * (a + n_counts))
+    repairable = violating & (n_counts >= 1) & (m_counts <= SLACK * gamma * (a + n_counts))
     fixable = np.zeros(groups, dtype=bool)
     # a donor other than the violating cell itself (a violating cell is never a donor)
     fixable[group[repairable]] = donors[group[repairable]] > 0

@@ -211,3 +211,15 @@ def test_union_tail_alphas_satisfy_their_bound_and_beat_theorem_4_4():
         assert alpha <= pdp_alpha(int(size), eps, delta, k)  # same guarantee, smaller prior
     # a step below the returned alpha (on the refinement scale) breaks the bound for typical n
     assert log_union_tail(15, k, alphas[3] * 0.99, math.expm1(eps))[0] > math.log(delta)
+
+
+@pytest.mark.parametrize("epsilon", [2.0, 3.0, 4.6, 6.0, 8.0])
+def test_boundary_priors_accept_their_boundary_draws(epsilon):
+    """alpha = n / gamma (what the union-tail search returns for small n) puts gamma * alpha exactly
+    on the bound; floating point must not reject the draw that sits on it (found by the eps sweep)."""
+    gamma = math.expm1(epsilon)
+    for n in (1, 2, 3):
+        alpha = n / gamma
+        assert gamma_good(np.array([n]), np.array([n]), alpha, gamma)
+        good = gamma_good_by_group(np.array([0]), np.array([n]), np.array([n]), np.array([alpha]), gamma, 1)
+        assert good[0]

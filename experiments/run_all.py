@@ -1,0 +1,124 @@
+"""``petlab-experiments all``: every experiment, one command, CSV + Markdown + PNG in one directory.
+
+``--quick`` (what ``make demo`` runs; a few minutes on 2 cores): the four data sets at n = 10 with
+2 encrypted queries each, sweeps at n <= 8, 20,000 commute workers, the shipped 5,000-record ACS
+sample (plausible deniability with k = 10: the sample has 2,000 seeds). ``--full``: n = 40 with 10
+queries, sweeps n = 10..60, d = 1..4, k = 1..7, 200,000 commute workers, and the 100,000-record ACS
+set with k = 50 when ``../shared/data/acs13.csv`` is present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from crypto.knn_model import KnnSettings
+from experiments import knn_experiments, report, synthesis_experiments
+from experiments.machine import describe
+from experiments.plausible_bench import default_data
+from plaindata import acs_sample_path
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    datasets: tuple[str, ...] = ("iris", "wine", "breast_cancer", "digits")
+    n: int = 10
+    k: int = 3
+    queries: int = 2
+    sweep_n: tuple[int, ...] = (4, 8)
+    sweep_d: tuple[int, ...] = (2, 4)
+    sweep_k: tuple[int, ...] = (1, 3)
+    sweep_base_n: int = 6
+    sweep_queries: int = 1
+    workers: int = 20_000
+    epsilons: tuple[float, ...] = (2, 3, 4, 4.6, 6, 8)
+    p_mins: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
+    adaptive_epsilons: tuple[float, ...] = (0.1, 1, 10)
+    adaptive_depth: int = 8
+    acs: Path | None = None  # None: the shipped sample
+    omegas: tuple[int, ...] = (9, 11)
+    plausible_k: int = 10  # the sample's 2,000 seeds; the paper's k = 50 is for 1.3M
+    distinguishing_per_class: int = 1000
+    seed: int = 1
+
+
+QUICK = ExperimentConfig()
+FULL = ExperimentConfig(
+    n=40,
+    queries=10,
+    sweep_n=(10, 20, 40, 60),
+    sweep_d=(1, 2, 3, 4),
+    sweep_k=(1, 3, 5, 7),
+    sweep_base_n=20,
+    sweep_queries=3,
+    workers=200_000,
+    acs=default_data(),
+    distinguishing_per_class=5000,
+)
+
+
+def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick") -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    machine = describe()
+    steps = (
+        len(config.datasets) * 2 * config.queries
+        + len(config.sweep_n)
+        + len(config.sweep_d)
+        + len(config.sweep_k)
+        + len(config.epsilons)
+        + len(config.p_mins)
+        + len(config.adaptive_epsilons)
+        + len(config.omegas) * 2
+        + 2
+    )
+    results: dict[str, pd.DataFrame] = {}
+    with tqdm(total=steps, desc="experiments", unit="step") as progress:
+        settings = KnnSettings(n=config.n, k=config.k)
+        rows = []
+        for name in config.datasets:
+            progress.set_postfix_str(f"k-NN on {name}")
+            rows += knn_experiments.run_dataset(name, settings, config.queries, cache, progress)
+        results["knn"] = pd.DataFrame(rows)[knn_experiments.KNN_COLUMNS]
+        progress.set_postfix_str("k-NN sweeps")
+        results["knn_sweeps"] = pd.DataFrame(
+            knn_experiments.run_sweeps(
+                list(config.sweep_n),
+                list(config.sweep_d),
+                list(config.sweep_k),
+                config.sweep_queries,
+                config.sweep_base_n,
+                progress,
+            ),
+            columns=knn_experiments.SWEEP_COLUMNS,
+        )
+        progress.set_postfix_str("OnTheMap")
+        onthemap, commute = synthesis_experiments.onthemap_experiments(
+            config.workers, config.seed, config.epsilons, config.p_mins, progress
+        )
+        results["onthemap"], results["onthemap_commute"] = onthemap, commute.reset_index(names="destination")
+        progress.set_postfix_str("adaptive histograms")
+        results["adaptive"] = synthesis_experiments.adaptive_experiments(
+            config.workers, config.seed, config.adaptive_epsilons, config.adaptive_depth, progress
+        )
+        progress.set_postfix_str("plausible deniability")
+        frame = pd.read_csv(config.acs or acs_sample_path())
+        results["plausible"] = synthesis_experiments.plausible_experiments(
+            frame, config.omegas, config.seed, config.distinguishing_per_class, config.plausible_k, progress
+        )
+    for name, frame in results.items():
+        frame.to_csv(out / f"{name}.csv", index=False)
+    figures = report.knn_figures(results["knn"], results["knn_sweeps"], out, machine)
+    figures += report.synthesis_figures(
+        results["onthemap"],
+        results["onthemap_commute"],
+        results["adaptive"],
+        results["plausible"],
+        out,
+        machine,
+    )
+    path = report.write_report(results, figures, out, machine, mode)
+    print(f"wrote {len(results)} CSV tables, {len(figures)} figures and {path}")
+    return path

@@ -1,0 +1,102 @@
+"""The experiment harness on a tiny configuration: files, CSV columns, and wire bytes that equal the
+serialized sizes of the messages."""
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from client.knn_client import make_channel
+from crypto.knn_circuit import CircuitConfig
+from crypto.knn_model import KnnSettings, build_model
+from crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
+from experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
+from experiments.run_all import QUICK, run_all
+from experiments.wire import ByteCountingChannel
+from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from server.datasets import load_bundled
+from server.knn_service import HostedModel
+from server.main import ServerOptions, start
+from server.model_cache import load_or_compile
+
+TINY = replace(
+    QUICK,
+    datasets=("iris",),
+    n=4,
+    k=1,
+    queries=1,
+    sweep_n=(3,),
+    sweep_d=(2,),
+    sweep_k=(),
+    sweep_base_n=3,
+    workers=2000,
+    epsilons=(4.6, 8),
+    p_mins=(0.1,),
+    adaptive_epsilons=(1,),
+    adaptive_depth=3,
+    omegas=(11,),
+    distinguishing_per_class=300,
+)
+
+
+def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path):
+    out = tmp_path / "results"
+    report = run_all(TINY, out, tmp_path / "cache", "tiny")
+    for name in ("knn", "knn_sweeps", "onthemap", "onthemap_commute", "adaptive", "plausible"):
+        assert (out / f"{name}.csv").stat().st_size > 0
+    for figure in ("knn_latency", "knn_sweeps", "onthemap_imse", "onthemap_commute", "adaptive_earthmover"):
+        assert (out / f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    knn = pd.read_csv(out / "knn.csv")
+    assert list(knn.columns) == KNN_COLUMNS
+    assert set(knn.protocol) == {"clear", "HE-kNN-V", "Paillier (interactive)"}
+    he = knn[knn.protocol == "HE-kNN-V"].iloc[0]
+    assert he.agrees_with_clear == 1.0 and he.rounds == 1 and he.key_bytes > 1_000_000
+    assert he.bytes_up > 0 and he.bytes_down > 0 and he.client_keygen_s > 0
+    assert knn[knn.protocol == "Paillier (interactive)"].iloc[0].rounds == 2
+    assert list(pd.read_csv(out / "knn_sweeps.csv").columns) == SWEEP_COLUMNS
+    onthemap = pd.read_csv(out / "onthemap.csv")
+    assert {"sweep", "eps", "delta", "p_min", "eps_prime", "imse_all"} <= set(onthemap.columns)
+    plausible = pd.read_csv(out / "plausible.csv")
+    assert list(plausible.data) == ["reals", "marginals", "omega=11"]
+    assert {"tvd_1way", "tvd_2way", "accuracy_rf", "agreement_ada", "distinguish_tree"} <= set(
+        plausible.columns
+    )
+    text = report.read_text()
+    assert "cores" in text and "concrete-python" in text and "1.72 s" in text and "79.8" in text
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("wire")
+    train, _ = load_bundled("iris").split()
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=4, k=1))
+    compiled = load_or_compile(model, CircuitConfig(), scratch / "models")
+    running = start(
+        ServerOptions(data_dir=scratch / "server", models=[], port=0),
+        {"iris": HostedModel(model, compiled.server, dataset="iris")},
+    )
+    yield running, model
+    running.stop(grace=1.0)
+
+
+def test_counted_bytes_equal_serialized_message_sizes(server):
+    running, model = server
+    channel = ByteCountingChannel(make_channel(f"127.0.0.1:{running.port}"))
+    knn = knn_pb2_grpc.KnnServiceStub(channel)
+    request = knn_pb2.GetClientSpecsRequest(model="iris")
+    reply = knn.GetClientSpecs(request)
+    assert channel.snapshot() == (len(request.SerializeToString()), len(reply.SerializeToString()))
+    public_key, _ = generate_keypair()
+    encrypted, norm = encrypt_query(public_key, model.quantizer.transform(np.array([5.0, 3.4, 1.5, 0.2])))
+    distances = paillier_pb2.DistancesRequest(
+        model="iris",
+        public_key_n=to_bytes(public_key.n),
+        encrypted_levels=[to_bytes(c) for c in encrypted],
+        encrypted_square_norm=to_bytes(norm),
+    )
+    before = channel.snapshot()
+    answer = paillier_pb2_grpc.PaillierKnnServiceStub(channel).Distances(distances)
+    assert channel.sent - before[0] == distances.ByteSize() > 4 * 256
+    assert channel.received - before[1] == answer.ByteSize() > 0
+    channel.close()
