@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from client.knn_client import KnnRemote, make_channel
 from crypto.knn_circuit import CircuitConfig
@@ -267,7 +266,3 @@ def run_sweeps(
         if progress is not None:
             progress.update()
     return out
-
-
-def progress_bar(total: int, desc: str):
-    return tqdm(total=total, desc=desc, leave=False)

@@ -68,12 +68,5 @@ class ByteCountingChannel(grpc.Channel):
     def close(self):
         self.inner.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def snapshot(self) -> tuple[int, int]:
         return self.sent, self.received

@@ -34,7 +34,7 @@ times for the seeds (the paper's Discussion); the report gives basic and advance
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
@@ -42,7 +42,6 @@ from tqdm import tqdm
 from plaindata.bayes_model import (
     BayesNet,
     learn_parameters,
-    log_generation_probability,
     marginal_model,
     resample,
 )
@@ -104,10 +103,7 @@ class FittedModel:
     model: BayesNet
     structure: Structure
     seeds: np.ndarray  # D_T as index codes
-    structure_records: int
-    parameter_records: int
     parameters_budget: Budget | None
-    epsilon_per_table: float | None
 
     @property
     def model_budget(self) -> Budget | None:
@@ -166,15 +162,7 @@ def fit(
         config.alpha,
         source,
     )
-    return FittedModel(
-        model,
-        structure,
-        codes[seed_part],
-        len(structure_part),
-        len(parameter_part),
-        parameters_budget,
-        per_table,
-    )
+    return FittedModel(model, structure, codes[seed_part], parameters_budget)
 
 
 def fit_marginals(
@@ -184,7 +172,8 @@ def fit_marginals(
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
 ) -> BayesNet:
-    """The marginal baseline on the same D_P share, with the same parameter budget."""
+    """The marginal baseline: the same share of records for parameters (a fresh random split) and the
+    same per-table budget as :func:`fit`."""
     _, parameter_part, _ = split_indices(len(codes), config.split, rng)
     m = codes.shape[1]
     per_table = (
@@ -233,7 +222,6 @@ class Candidates:
     seed_rows: np.ndarray
     counts: np.ndarray
     passed: np.ndarray
-    log_probability: np.ndarray = field(repr=False)
 
 
 def generate_and_test(
@@ -259,8 +247,7 @@ def generate_and_test(
         passed = privacy_test_1_batch(counts, config.k)
     else:
         passed = privacy_test_2_batch(counts, config.k, config.eps0, noise or OpenDPNoise())
-    logp = log_generation_probability(fitted.model, candidates, config.omega)
-    return Candidates(candidates, seed_rows, counts, passed, logp)
+    return Candidates(candidates, seed_rows, counts, passed)
 
 
 @dataclass(frozen=True)
