@@ -24,11 +24,10 @@ from pathlib import Path
 import grpc
 import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from client.files import write_owner_only
-from client.knn_client import make_channel
-from crypto.instructions import InvalidInstruction, canonical_json
-from crypto.trace_chain import (
+from petlab.client.files import write_owner_only
+from petlab.client.knn_client import make_channel
+from petlab.crypto.instructions import InvalidInstruction, canonical_json
+from petlab.crypto.trace_chain import (
     ChainState,
     authority_message,
     load_private_key,
@@ -39,9 +38,9 @@ from crypto.trace_chain import (
     seal,
     verify_seal,
 )
-from protos import controller_pb2, controller_pb2_grpc
+from petlab.protos import controller_pb2, controller_pb2_grpc
 
-SCHEMA = json.loads(resources.files("protos").joinpath("analysis.schema.json").read_text())
+SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 
 
 def keygen(out: Path) -> Path:

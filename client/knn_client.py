@@ -19,12 +19,11 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from petlab.client.files import write_owner_only
+from petlab.crypto.deployment import KnnClient
+from petlab.crypto.quantization import MinMaxQuantizer
+from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
-
-from client.files import write_owner_only
-from crypto.deployment import KnnClient
-from crypto.quantization import MinMaxQuantizer
-from protos import knn_pb2, knn_pb2_grpc
 
 CHUNK_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = 8 << 20

@@ -18,12 +18,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pandas as pd
+from petlab.client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
+from petlab.client.paillier_client import paillier_classify
+from petlab.crypto.paillier_knn import generate_keypair
+from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
-
-from client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
-from client.paillier_client import paillier_classify
-from crypto.paillier_knn import generate_keypair
-from protos import knn_pb2, knn_pb2_grpc
 
 
 def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
-from client.knn_client import CallStats
-from crypto.paillier_knn import (
+from petlab.client.knn_client import CallStats
+from petlab.crypto.paillier_knn import (
     decrypt_distances,
     encrypt_query,
     from_bytes,
@@ -15,8 +14,8 @@ from crypto.paillier_knn import (
     nearest_indices,
     to_bytes,
 )
-from crypto.quantization import MinMaxQuantizer
-from protos import knn_pb2, paillier_pb2, paillier_pb2_grpc
+from petlab.crypto.quantization import MinMaxQuantizer
+from petlab.protos import knn_pb2, paillier_pb2, paillier_pb2_grpc
 
 
 def paillier_classify(

@@ -1,4 +1,4 @@
-"""The HE-kNN-V circuit, compiled with concrete-python from a clear :class:`~crypto.knn_plan.KnnPlan`.
+"""The HE-kNN-V circuit, compiled with concrete-python from a clear :class:`petlab.crypto.knn_plan.KnnPlan`.
 
 Ameur et al. (PSD 2022), Section 3.3, with the steps of ``crypto.knn_plan``:
 
@@ -28,8 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from concrete import fhe
-
-from crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
+from petlab.crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
-
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_plan import KnnPlan, build_plan
-from crypto.quantization import MinMaxQuantizer
-from crypto.selection import Selection, select_training_points
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_plan import KnnPlan, build_plan
+from petlab.crypto.quantization import MinMaxQuantizer
+from petlab.crypto.selection import Selection, select_training_points
 
 # Bump when the circuit's construction changes, so cached compilations are not reused.
 CIRCUIT_FORMAT_VERSION = 1

@@ -1,6 +1,6 @@
 """Clear reference of HE-kNN-V: the same integer algorithm as the circuit, in numpy.
 
-Every step mirrors ``crypto.knn_circuit`` on the same :class:`~crypto.knn_plan.KnnPlan` (Ameur et
+Every step mirrors ``crypto.knn_circuit`` on the same :class:`petlab.crypto.knn_plan.KnnPlan` (Ameur et
 al., PSD 2022, Section 3.3): distance differences, delta matrix, ranks by column sums, the mask
 ``rank < k``, the vote and the score argmax. The encrypted result must equal this on every query.
 """
@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
+from petlab.crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from petlab.crypto.knn_reference import classify_by_sorting
 from sklearn.cluster import KMeans
-
-from crypto.knn_reference import classify_by_sorting
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from crypto.instructions import SIZE, InvalidInstruction, decode, encode, resolve
+from petlab.crypto.instructions import SIZE, InvalidInstruction, decode, encode, resolve
 
 ANALYST_DOMAIN = b"petlab/tit-for-tat/v1/analyst-T0:"
 AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v1/authority-T0:"

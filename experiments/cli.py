@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,15 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
-        from experiments.grpc_demo import run_demo
+        from petlab.experiments.grpc_demo import run_demo
 
         return run_demo(args.rows, args.data_dir)
     if args.command == "local-demo":
-        from experiments.local_demo import run_demo
+        from petlab.experiments.local_demo import run_demo
 
         return run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
     if args.command == "knn-bench":
-        from experiments.knn_bench import run_bench
+        from petlab.experiments.knn_bench import run_bench
 
         config = CircuitConfig(
             sign_bits=args.sign_bits,
@@ -94,19 +94,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         return run_bench(args.n, args.queries, args.out, config)
     if args.command == "onthemap-bench":
-        from experiments.onthemap_bench import run_bench
+        from petlab.experiments.onthemap_bench import run_bench
 
         return run_bench(args.workers, args.blocks, args.seed, args.out)
     if args.command == "all":
-        from experiments.run_all import FULL, QUICK, run_all
+        from petlab.experiments.run_all import FULL, QUICK, run_all
 
         logging.getLogger().setLevel(logging.WARNING)  # the server's per-call log would drown the bar
         mode = "full" if args.full else "quick"
         run_all(FULL if args.full else QUICK, args.out or Path(f"results/all-{mode}"), args.cache_dir, mode)
         return 0
     if args.command == "plausible-bench":
-        from experiments.plausible_bench import default_data, run_bench
-        from plaindata.plausible import PlausibleConfig
+        from petlab.experiments.plausible_bench import default_data, run_bench
+        from petlab.plaindata.plausible.synthesis import PlausibleConfig
 
         config = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
         return run_bench(args.data or default_data(), args.candidates, config, args.seed, args.out)

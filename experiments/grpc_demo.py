@@ -22,8 +22,7 @@ import grpc
 import numpy as np
 import pandas as pd
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from server.datasets import load_bundled
+from petlab.server.datasets import load_bundled
 
 BIN = Path(sys.executable).parent
 

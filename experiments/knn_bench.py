@@ -18,14 +18,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+from petlab.crypto.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
+from petlab.crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_reference import classify
+from petlab.experiments.machine import cpu_model
+from petlab.server.datasets import load_bundled
 from tqdm import tqdm
-
-from crypto.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
-from crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
-from crypto.knn_model import KnnSettings, build_model
-from crypto.knn_reference import classify
-from experiments.machine import cpu_model
-from server.datasets import load_bundled
 
 COLUMNS = [
     "dataset",

@@ -3,7 +3,7 @@ clear k-NN, per data set (Ameur et al., PSD 2022, Tables 4-5), plus the sweeps a
 (Figures 7-9).
 
 The harness starts the data owner's server in process on a free loopback port, with the models it
-built for this run, and talks to it through :class:`experiments.wire.ByteCountingChannel`, so the
+built for this run, and talks to it through :class:`petlab.experiments.wire.ByteCountingChannel`, so the
 bytes reported are the serialized payloads gRPC carried. Client time (key generation once;
 encryption and decryption per query) and server time (the RPC's wall time on loopback: the
 server's computation plus (de)serialization) are measured separately. Clear k-NN runs on the
@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from client.knn_client import KnnRemote, make_channel
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings, build_model
-from crypto.knn_reference import classify
-from crypto.paillier_knn import (
+from petlab.client.knn_client import KnnRemote, make_channel
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_reference import classify
+from petlab.crypto.paillier_knn import (
     decrypt_distances,
     encrypt_query,
     from_bytes,
@@ -35,12 +34,12 @@ from crypto.paillier_knn import (
     nearest_indices,
     to_bytes,
 )
-from experiments.wire import ByteCountingChannel
-from protos import knn_pb2, paillier_pb2, paillier_pb2_grpc
-from server.datasets import load_bundled
-from server.knn_service import HostedModel
-from server.main import ServerOptions, start
-from server.model_cache import load_or_compile
+from petlab.experiments.wire import ByteCountingChannel
+from petlab.protos import knn_pb2, paillier_pb2, paillier_pb2_grpc
+from petlab.server.datasets import load_bundled
+from petlab.server.knn_service import HostedModel
+from petlab.server.main import ServerOptions, start
+from petlab.server.model_cache import load_or_compile
 
 KNN_COLUMNS = [
     "dataset",
@@ -237,7 +236,7 @@ SWEEP_COLUMNS = [
 def run_sweeps(
     ns: list[int], ds: list[int], ks: list[int], queries: int, base_n: int, progress=None
 ) -> list[dict]:
-    from experiments.knn_bench import bench_one
+    from petlab.experiments.knn_bench import bench_one
 
     points = (
         [("n", n, 3, None) for n in ns]

@@ -11,21 +11,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.neighbors import KNeighborsClassifier
-
-from crypto.deployment import (
+from petlab.crypto.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings, build_model
-from crypto.knn_reference import classify
-from crypto.quantization import MinMaxQuantizer
-from server.datasets import load_bundled
-from server.model_cache import load_or_compile
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_reference import classify
+from petlab.crypto.quantization import MinMaxQuantizer
+from petlab.server.datasets import load_bundled
+from petlab.server.model_cache import load_or_compile
+from sklearn.neighbors import KNeighborsClassifier
 
 
 def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path | None = None) -> int:

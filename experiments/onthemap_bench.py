@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from plaindata.commute_data import generate
-from plaindata.onthemap import synthesize_destination_dense
+from petlab.plaindata.onthemap.algorithm1 import synthesize_destination_dense
+from petlab.plaindata.onthemap.commute_data import generate
 
 
 def run_bench(workers: int, blocks: int, seed: int, out: Path) -> int:
@@ -33,7 +32,7 @@ def run_bench(workers: int, blocks: int, seed: int, out: Path) -> int:
         od_path, crosswalk_path = data.write(Path(scratch))
         synthetic = Path(scratch) / "synthetic.csv.gz"
         command = [
-            sys.executable, "-m", "plaindata.cli", "onthemap", "--od", str(od_path), "--xwalk",
+            sys.executable, "-m", "petlab.plaindata.cli", "onthemap", "--od", str(od_path), "--xwalk",
             str(crosswalk_path), "--eps", "4.6", "--delta", "1e-5", "--out", str(synthetic),
             "--seed", str(seed),
         ]  # fmt: skip

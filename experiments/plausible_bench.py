@@ -5,7 +5,8 @@ target under 5 minutes on 2 cores.
 Reported: model learning time, generation + test time, candidates and released records per
 second, the pass rate, peak memory. The baseline, measured in the same run, is the per-candidate
 definition (Pr{y = M(d)} for every seed as one vector, then the partition count of
-:func:`plaindata.plausible_tests.count_plausible_seeds`), timed on a sample of candidates and scaled:
+:func:`~petlab.plaindata.plausible.privacy_tests.count_plausible_seeds`),
+timed on a sample of candidates and scaled:
 the ratio is what counting by kept-attribute keys buys. Both give the same counts (checked here on
 the sample, and in ``tests/test_plausible.py``). The paper's tool: over a million records in under
 an hour on a multi-core machine (Section 6.5, Figure 5).
@@ -22,12 +23,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from plaindata import acs_sample_path
-from plaindata.bayes_model import seed_probabilities
-from plaindata.plausible import PlausibleConfig, PlausiblePrivacyReport, fit, generate_and_test
-from plaindata.plausible_tests import count_plausible_seeds
-from plaindata.tabular_schema import acs_discretization, acs_domains_path, load_domains
+from petlab.plaindata import acs_sample_path
+from petlab.plaindata.plausible.bayes_model import seed_probabilities
+from petlab.plaindata.plausible.privacy_tests import count_plausible_seeds
+from petlab.plaindata.plausible.synthesis import (
+    PlausibleConfig,
+    PlausiblePrivacyReport,
+    fit,
+    generate_and_test,
+)
+from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
 SHARED_ACS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "acs13.csv"
 

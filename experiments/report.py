@@ -1,6 +1,6 @@
 """CSV tables, PNG figures and the Markdown report of ``petlab-experiments all``.
 
-Every figure carries the machine line of :func:`experiments.machine.describe`; the report puts the
+Every figure carries the machine line of :func:`petlab.experiments.machine.describe`; the report puts the
 papers' published figures beside ours (Ameur et al. PSD 2022 Tables 4-5; Bindschaedler et al. VLDB
 2017 Tables 3 and 5; the qualitative findings of Abowd et al. 2009 and of the adaptive-histogram
 paper's Figure 5, which publish curves rather than numbers).

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from petlab.crypto.knn_model import KnnSettings
+from petlab.experiments import knn_experiments, report, synthesis_experiments
+from petlab.experiments.machine import describe
+from petlab.experiments.plausible_bench import default_data
+from petlab.plaindata import acs_sample_path
 from tqdm import tqdm
-
-from crypto.knn_model import KnnSettings
-from experiments import knn_experiments, report, synthesis_experiments
-from experiments.machine import describe
-from experiments.plausible_bench import default_data
-from plaindata import acs_sample_path
 
 
 @dataclass(frozen=True)

@@ -16,23 +16,28 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from plaindata.adaptive import improved_histogram, measure_leaves, synthesize_from_counts
-from plaindata.block_grid import BlockGrid
-from plaindata.commute_data import generate
-from plaindata.commute_metrics import (
+from petlab.plaindata.adaptive.hierarchies import Quadtree
+from petlab.plaindata.adaptive.histograms import improved_histogram, measure_leaves, synthesize_from_counts
+from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.metrics.classifiers import classifier_comparison, distinguishing_accuracy
+from petlab.plaindata.metrics.commute import (
     average_commute_by_destination,
     earthmover_approximation,
     root_average_imse,
     to_unit_cube,
 )
-from plaindata.hierarchies import Quadtree
-from plaindata.ml_utility import classifier_comparison, distinguishing_accuracy
-from plaindata.noise import SeededNoise
-from plaindata.onthemap_release import DistanceBands, release
-from plaindata.plausible import PlausibleConfig, fit, fit_marginals, sample_marginals, synthesize
-from plaindata.tabular_schema import acs_discretization, acs_domains_path, load_domains
-from plaindata.utility import all_marginal_tvds
+from petlab.plaindata.metrics.tabular import all_marginal_tvds
+from petlab.plaindata.onthemap.block_grid import BlockGrid
+from petlab.plaindata.onthemap.commute_data import generate
+from petlab.plaindata.onthemap.release import DistanceBands, release
+from petlab.plaindata.plausible.synthesis import (
+    PlausibleConfig,
+    fit,
+    fit_marginals,
+    sample_marginals,
+    synthesize,
+)
+from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
 DEFAULT_KEEP = DistanceBands().keep
 MIN_RECORDS = 100  # fewer released synthetics than this: no utility figures for that set

@@ -10,4 +10,4 @@ from pathlib import Path
 
 
 def acs_sample_path() -> Path:
-    return Path(str(resources.files("plaindata").joinpath("data/acs13_sample.csv")))
+    return Path(str(resources.files("petlab.plaindata").joinpath("data/acs13_sample.csv")))

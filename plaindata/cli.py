@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     if args.command == "commute-data":
-        from plaindata.commute_data import generate, load_lodes
+        from petlab.plaindata.onthemap.commute_data import generate, load_lodes
 
         if args.workers < 1:
             parser.error("--workers must be at least 1")
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _synthesize(args) -> int:
     import pandas as pd
-
-    from plaindata.commute_data import load_lodes
+    from petlab.plaindata.onthemap.commute_data import load_lodes
 
     if not args.eps > 0:
         raise ValueError("--eps must be positive")
@@ -101,8 +100,8 @@ def _synthesize(args) -> int:
     seeded = args.seed is not None
     rng = np.random.default_rng(args.seed)  # OS entropy when unseeded
     if args.command == "onthemap":
-        from plaindata.block_grid import BlockGrid
-        from plaindata.onthemap_release import release
+        from petlab.plaindata.onthemap.block_grid import BlockGrid
+        from petlab.plaindata.onthemap.release import release
 
         grid = BlockGrid.build(latitude, longitude, args.cell_miles)
         result = release(
@@ -169,11 +168,10 @@ def _add_plausible(commands) -> None:
 
 def _plausible(args) -> int:
     import pandas as pd
-
-    from plaindata import acs_sample_path
-    from plaindata.noise import OpenDPNoise, SeededNoise
-    from plaindata.plausible import PlausibleConfig, PlausiblePrivacyReport, fit, synthesize
-    from plaindata.tabular_schema import acs_discretization, acs_domains_path, load_domains
+    from petlab.plaindata import acs_sample_path
+    from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
+    from petlab.plaindata.plausible.synthesis import PlausibleConfig, PlausiblePrivacyReport, fit, synthesize
+    from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
     data_path = args.data or acs_sample_path()
     frame = pd.read_csv(data_path)
@@ -225,12 +223,11 @@ def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded
     then snapped back to the nearest blocks (public geography: post-processing)."""
     import math
 
+    from petlab.plaindata import adaptive
+    from petlab.plaindata.adaptive.hierarchies import Quadtree
+    from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
+    from petlab.plaindata.metrics.commute import to_unit_cube
     from scipy.spatial import cKDTree
-
-    from plaindata import adaptive
-    from plaindata.commute_metrics import to_unit_cube
-    from plaindata.hierarchies import Quadtree
-    from plaindata.noise import OpenDPNoise, SeededNoise
 
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
     low, high = np.array([latitude.min(), longitude.min()]), np.array([latitude.max(), longitude.max()])

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import controller_pb2 as protos_dot_controller__pb2
+from petlab.protos import controller_pb2 as petlab_dot_protos_dot_controller__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/controller_pb2_grpc.py depends on'
+        + ' but the generated code in petlab/protos/controller_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class AnalysisControllerStub:
         """
         self.OpenSession = channel.unary_unary(
                 '/petlab.controller.v1.AnalysisController/OpenSession',
-                request_serializer=protos_dot_controller__pb2.OpenSessionRequest.SerializeToString,
-                response_deserializer=protos_dot_controller__pb2.OpenSessionResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_controller__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_controller__pb2.OpenSessionResponse.FromString,
                 _registered_method=True)
         self.Next = channel.unary_unary(
                 '/petlab.controller.v1.AnalysisController/Next',
-                request_serializer=protos_dot_controller__pb2.NextRequest.SerializeToString,
-                response_deserializer=protos_dot_controller__pb2.NextResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_controller__pb2.NextRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_controller__pb2.NextResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_AnalysisControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'OpenSession': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenSession,
-                    request_deserializer=protos_dot_controller__pb2.OpenSessionRequest.FromString,
-                    response_serializer=protos_dot_controller__pb2.OpenSessionResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_controller__pb2.OpenSessionRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_controller__pb2.OpenSessionResponse.SerializeToString,
             ),
             'Next': grpc.unary_unary_rpc_method_handler(
                     servicer.Next,
-                    request_deserializer=protos_dot_controller__pb2.NextRequest.FromString,
-                    response_serializer=protos_dot_controller__pb2.NextResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_controller__pb2.NextRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_controller__pb2.NextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class AnalysisController:
             request,
             target,
             '/petlab.controller.v1.AnalysisController/OpenSession',
-            protos_dot_controller__pb2.OpenSessionRequest.SerializeToString,
-            protos_dot_controller__pb2.OpenSessionResponse.FromString,
+            petlab_dot_protos_dot_controller__pb2.OpenSessionRequest.SerializeToString,
+            petlab_dot_protos_dot_controller__pb2.OpenSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class AnalysisController:
             request,
             target,
             '/petlab.controller.v1.AnalysisController/Next',
-            protos_dot_controller__pb2.NextRequest.SerializeToString,
-            protos_dot_controller__pb2.NextResponse.FromString,
+            petlab_dot_protos_dot_controller__pb2.NextRequest.SerializeToString,
+            petlab_dot_protos_dot_controller__pb2.NextResponse.FromString,
             options,
             channel_credentials,
             insecure,

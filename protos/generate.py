@@ -1,36 +1,50 @@
-"""Regenerate the Python stubs from the .proto files: ``python -m protos.generate``.
+"""Regenerate the Python stubs from the .proto files: ``python -m petlab.protos.generate``.
 
-Run from the repository root. ``tests/test_protos.py`` fails when the committed stubs differ from
-what this produces, so edit a .proto, run this, and commit both.
+The .proto files live in ``protos/`` and are compiled as ``petlab/protos/<name>.proto``, so the
+descriptors are registered under that path (no clash with another project's ``knn.proto``) and the
+generated gRPC modules import their messages as ``petlab.protos.<name>_pb2``.
+``tests/test_protos.py`` fails when the committed stubs differ from what this produces, so edit a
+.proto, run this, and commit both.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from grpc_tools import protoc
 
 PROTOS = Path(__file__).resolve().parent
-ROOT = PROTOS.parent
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
-def generate(out_dir: Path = ROOT) -> list[Path]:
-    """Write ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` under ``out_dir/protos``."""
-    (out_dir / "protos").mkdir(parents=True, exist_ok=True)
+def generate(out_dir: Path = PROTOS) -> list[Path]:
+    """Write ``*_pb2.py``, ``*_pb2.pyi`` and ``*_pb2_grpc.py`` for every .proto into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     sources = sorted(PROTOS.glob("*.proto"))
-    for source in sources:
-        relative = source.relative_to(ROOT)
-        args = [
-            "protoc",
-            f"-I{ROOT}",
-            f"--python_out={out_dir}",
-            f"--pyi_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
-            str(relative),
-        ]
-        if protoc.main(args) != 0:
-            raise RuntimeError(f"protoc failed on {relative}")
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        package = root / "petlab" / "protos"
+        package.mkdir(parents=True)
+        for source in sources:
+            shutil.copyfile(source, package / source.name)
+        for source in sources:
+            relative = f"petlab/protos/{source.name}"
+            args = [
+                "protoc",
+                f"-I{root}",
+                f"--python_out={root}",
+                f"--pyi_out={root}",
+                f"--grpc_python_out={root}",
+                relative,
+            ]
+            if protoc.main(args) != 0:
+                raise RuntimeError(f"protoc failed on {relative}")
+            for suffix in SUFFIXES:
+                name = source.stem + suffix
+                shutil.copyfile(package / name, out_dir / name)
     return sources
 
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import knn_pb2 as protos_dot_knn__pb2
+from petlab.protos import knn_pb2 as petlab_dot_protos_dot_knn__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/knn_pb2_grpc.py depends on'
+        + ' but the generated code in petlab/protos/knn_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,28 +36,28 @@ class KnnServiceStub:
         """
         self.ListModels = channel.unary_unary(
                 '/petlab.knn.v1.KnnService/ListModels',
-                request_serializer=protos_dot_knn__pb2.ListModelsRequest.SerializeToString,
-                response_deserializer=protos_dot_knn__pb2.ListModelsResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_knn__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_knn__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
         self.GetClientSpecs = channel.unary_unary(
                 '/petlab.knn.v1.KnnService/GetClientSpecs',
-                request_serializer=protos_dot_knn__pb2.GetClientSpecsRequest.SerializeToString,
-                response_deserializer=protos_dot_knn__pb2.GetClientSpecsResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_knn__pb2.GetClientSpecsRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_knn__pb2.GetClientSpecsResponse.FromString,
                 _registered_method=True)
         self.RegisterKeys = channel.stream_unary(
                 '/petlab.knn.v1.KnnService/RegisterKeys',
-                request_serializer=protos_dot_knn__pb2.KeyChunk.SerializeToString,
-                response_deserializer=protos_dot_knn__pb2.RegisterKeysResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_knn__pb2.KeyChunk.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_knn__pb2.RegisterKeysResponse.FromString,
                 _registered_method=True)
         self.Classify = channel.unary_unary(
                 '/petlab.knn.v1.KnnService/Classify',
-                request_serializer=protos_dot_knn__pb2.ClassifyRequest.SerializeToString,
-                response_deserializer=protos_dot_knn__pb2.ClassifyResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_knn__pb2.ClassifyRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_knn__pb2.ClassifyResponse.FromString,
                 _registered_method=True)
         self.ClassifyBatch = channel.unary_unary(
                 '/petlab.knn.v1.KnnService/ClassifyBatch',
-                request_serializer=protos_dot_knn__pb2.ClassifyBatchRequest.SerializeToString,
-                response_deserializer=protos_dot_knn__pb2.ClassifyBatchResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_knn__pb2.ClassifyBatchRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_knn__pb2.ClassifyBatchResponse.FromString,
                 _registered_method=True)
 
 
@@ -105,28 +105,28 @@ def add_KnnServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
-                    request_deserializer=protos_dot_knn__pb2.ListModelsRequest.FromString,
-                    response_serializer=protos_dot_knn__pb2.ListModelsResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_knn__pb2.ListModelsRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_knn__pb2.ListModelsResponse.SerializeToString,
             ),
             'GetClientSpecs': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClientSpecs,
-                    request_deserializer=protos_dot_knn__pb2.GetClientSpecsRequest.FromString,
-                    response_serializer=protos_dot_knn__pb2.GetClientSpecsResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_knn__pb2.GetClientSpecsRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_knn__pb2.GetClientSpecsResponse.SerializeToString,
             ),
             'RegisterKeys': grpc.stream_unary_rpc_method_handler(
                     servicer.RegisterKeys,
-                    request_deserializer=protos_dot_knn__pb2.KeyChunk.FromString,
-                    response_serializer=protos_dot_knn__pb2.RegisterKeysResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_knn__pb2.KeyChunk.FromString,
+                    response_serializer=petlab_dot_protos_dot_knn__pb2.RegisterKeysResponse.SerializeToString,
             ),
             'Classify': grpc.unary_unary_rpc_method_handler(
                     servicer.Classify,
-                    request_deserializer=protos_dot_knn__pb2.ClassifyRequest.FromString,
-                    response_serializer=protos_dot_knn__pb2.ClassifyResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_knn__pb2.ClassifyRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_knn__pb2.ClassifyResponse.SerializeToString,
             ),
             'ClassifyBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.ClassifyBatch,
-                    request_deserializer=protos_dot_knn__pb2.ClassifyBatchRequest.FromString,
-                    response_serializer=protos_dot_knn__pb2.ClassifyBatchResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_knn__pb2.ClassifyBatchRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_knn__pb2.ClassifyBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -154,8 +154,8 @@ class KnnService:
             request,
             target,
             '/petlab.knn.v1.KnnService/ListModels',
-            protos_dot_knn__pb2.ListModelsRequest.SerializeToString,
-            protos_dot_knn__pb2.ListModelsResponse.FromString,
+            petlab_dot_protos_dot_knn__pb2.ListModelsRequest.SerializeToString,
+            petlab_dot_protos_dot_knn__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -181,8 +181,8 @@ class KnnService:
             request,
             target,
             '/petlab.knn.v1.KnnService/GetClientSpecs',
-            protos_dot_knn__pb2.GetClientSpecsRequest.SerializeToString,
-            protos_dot_knn__pb2.GetClientSpecsResponse.FromString,
+            petlab_dot_protos_dot_knn__pb2.GetClientSpecsRequest.SerializeToString,
+            petlab_dot_protos_dot_knn__pb2.GetClientSpecsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -208,8 +208,8 @@ class KnnService:
             request_iterator,
             target,
             '/petlab.knn.v1.KnnService/RegisterKeys',
-            protos_dot_knn__pb2.KeyChunk.SerializeToString,
-            protos_dot_knn__pb2.RegisterKeysResponse.FromString,
+            petlab_dot_protos_dot_knn__pb2.KeyChunk.SerializeToString,
+            petlab_dot_protos_dot_knn__pb2.RegisterKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -235,8 +235,8 @@ class KnnService:
             request,
             target,
             '/petlab.knn.v1.KnnService/Classify',
-            protos_dot_knn__pb2.ClassifyRequest.SerializeToString,
-            protos_dot_knn__pb2.ClassifyResponse.FromString,
+            petlab_dot_protos_dot_knn__pb2.ClassifyRequest.SerializeToString,
+            petlab_dot_protos_dot_knn__pb2.ClassifyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -262,8 +262,8 @@ class KnnService:
             request,
             target,
             '/petlab.knn.v1.KnnService/ClassifyBatch',
-            protos_dot_knn__pb2.ClassifyBatchRequest.SerializeToString,
-            protos_dot_knn__pb2.ClassifyBatchResponse.FromString,
+            petlab_dot_protos_dot_knn__pb2.ClassifyBatchRequest.SerializeToString,
+            petlab_dot_protos_dot_knn__pb2.ClassifyBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

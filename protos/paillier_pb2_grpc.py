@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import paillier_pb2 as protos_dot_paillier__pb2
+from petlab.protos import paillier_pb2 as petlab_dot_protos_dot_paillier__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/paillier_pb2_grpc.py depends on'
+        + ' but the generated code in petlab/protos/paillier_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class PaillierKnnServiceStub:
         """
         self.Distances = channel.unary_unary(
                 '/petlab.paillier.v1.PaillierKnnService/Distances',
-                request_serializer=protos_dot_paillier__pb2.DistancesRequest.SerializeToString,
-                response_deserializer=protos_dot_paillier__pb2.DistancesResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_paillier__pb2.DistancesRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_paillier__pb2.DistancesResponse.FromString,
                 _registered_method=True)
         self.Labels = channel.unary_unary(
                 '/petlab.paillier.v1.PaillierKnnService/Labels',
-                request_serializer=protos_dot_paillier__pb2.LabelsRequest.SerializeToString,
-                response_deserializer=protos_dot_paillier__pb2.LabelsResponse.FromString,
+                request_serializer=petlab_dot_protos_dot_paillier__pb2.LabelsRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_paillier__pb2.LabelsResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_PaillierKnnServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Distances': grpc.unary_unary_rpc_method_handler(
                     servicer.Distances,
-                    request_deserializer=protos_dot_paillier__pb2.DistancesRequest.FromString,
-                    response_serializer=protos_dot_paillier__pb2.DistancesResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_paillier__pb2.DistancesRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_paillier__pb2.DistancesResponse.SerializeToString,
             ),
             'Labels': grpc.unary_unary_rpc_method_handler(
                     servicer.Labels,
-                    request_deserializer=protos_dot_paillier__pb2.LabelsRequest.FromString,
-                    response_serializer=protos_dot_paillier__pb2.LabelsResponse.SerializeToString,
+                    request_deserializer=petlab_dot_protos_dot_paillier__pb2.LabelsRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_paillier__pb2.LabelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class PaillierKnnService:
             request,
             target,
             '/petlab.paillier.v1.PaillierKnnService/Distances',
-            protos_dot_paillier__pb2.DistancesRequest.SerializeToString,
-            protos_dot_paillier__pb2.DistancesResponse.FromString,
+            petlab_dot_protos_dot_paillier__pb2.DistancesRequest.SerializeToString,
+            petlab_dot_protos_dot_paillier__pb2.DistancesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class PaillierKnnService:
             request,
             target,
             '/petlab.paillier.v1.PaillierKnnService/Labels',
-            protos_dot_paillier__pb2.LabelsRequest.SerializeToString,
-            protos_dot_paillier__pb2.LabelsResponse.FromString,
+            petlab_dot_protos_dot_paillier__pb2.LabelsRequest.SerializeToString,
+            petlab_dot_protos_dot_paillier__pb2.LabelsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,7 +17,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-SCHEMA = json.loads(resources.files("protos").joinpath("analysis.schema.json").read_text())
+SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 

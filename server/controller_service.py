@@ -17,15 +17,20 @@ import grpc
 import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from crypto.instructions import SIZE, InvalidInstruction, canonical_json
-from crypto.trace_chain import ChainState, load_public_key, next_analysis, public_key_bytes, verify_seal
-from protos import controller_pb2, controller_pb2_grpc
-from server.analyses import AnalysisError, evaluate
-from server.call_log import logged_unary
-from server.output_checking import Rules, check
-from server.query_set_control import QuerySetControl
-from server.session_store import ABORTED, FINISHED, SessionStore
+from petlab.crypto.instructions import SIZE, InvalidInstruction, canonical_json
+from petlab.crypto.trace_chain import (
+    ChainState,
+    load_public_key,
+    next_analysis,
+    public_key_bytes,
+    verify_seal,
+)
+from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.server.analyses import AnalysisError, evaluate
+from petlab.server.call_log import logged_unary
+from petlab.server.output_checking import Rules, check
+from petlab.server.query_set_control import QuerySetControl
+from petlab.server.session_store import ABORTED, FINISHED, SessionStore
 
 log = logging.getLogger(__name__)
 MAX_SPEC_BYTES = 64 * 1024

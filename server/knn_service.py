@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 
 import grpc
 from concrete import fhe
-
-from crypto.deployment import client_specs_bytes, parse_ciphertext, parse_evaluation_keys, run_encrypted
-from crypto.knn_model import KnnModel
-from protos import knn_pb2, knn_pb2_grpc
-from server.call_log import logged_stream_in, logged_unary
-from server.key_store import (
+from petlab.crypto.deployment import (
+    client_specs_bytes,
+    parse_ciphertext,
+    parse_evaluation_keys,
+    run_encrypted,
+)
+from petlab.crypto.knn_model import KnnModel
+from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.server.call_log import logged_stream_in, logged_unary
+from petlab.server.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
     KeyStore,

@@ -24,11 +24,10 @@ import grpc
 import pandas as pd
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings, build_model
-from crypto.trace_chain import load_public_key
-from protos import (
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.trace_chain import load_public_key
+from petlab.protos import (
     controller_pb2,
     controller_pb2_grpc,
     knn_pb2,
@@ -36,13 +35,13 @@ from protos import (
     paillier_pb2,
     paillier_pb2_grpc,
 )
-from server.controller_service import ControllerServicer
-from server.datasets import BUNDLED, load_bundled, load_csv
-from server.key_store import KeyStore
-from server.knn_service import HostedModel, KnnServicer
-from server.model_cache import load_or_compile
-from server.paillier_service import PaillierServicer
-from server.session_store import SessionStore
+from petlab.server.controller_service import ControllerServicer
+from petlab.server.datasets import BUNDLED, load_bundled, load_csv
+from petlab.server.key_store import KeyStore
+from petlab.server.knn_service import HostedModel, KnnServicer
+from petlab.server.model_cache import load_or_compile
+from petlab.server.paillier_service import PaillierServicer
+from petlab.server.session_store import SessionStore
 
 log = logging.getLogger("petlab.server")
 

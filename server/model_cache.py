@@ -1,6 +1,6 @@
 """On-disk cache of compiled HE-kNN-V circuits, so a second start does not recompile.
 
-Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`crypto.knn_model.KnnModel.cache_key`
+Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn_model.KnnModel.cache_key`
 (training data, settings, circuit configuration, concrete-python version). It holds ``server.zip``
 (concrete's server artifact) and ``meta.json`` with the artifact's SHA-256. Both are written to a
 temporary name and renamed, so a crash never leaves a half entry; an entry whose digest does not
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from concrete import fhe
-
-from crypto.deployment import load_server, save_server
-from crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
-from crypto.knn_model import KnnModel
+from petlab.crypto.deployment import load_server, save_server
+from petlab.crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
+from petlab.crypto.knn_model import KnnModel
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from server.analyses import Evaluated
+from petlab.server.analyses import Evaluated
 
 
 @dataclass(frozen=True)

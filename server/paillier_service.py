@@ -8,11 +8,10 @@ its answers can be compared with the clear reference. Its leakage is documented 
 from __future__ import annotations
 
 import grpc
-
-from crypto.knn_model import KnnModel
-from crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
-from protos import paillier_pb2, paillier_pb2_grpc
-from server.call_log import logged_unary
+from petlab.crypto.knn_model import KnnModel
+from petlab.crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
+from petlab.protos import paillier_pb2, paillier_pb2_grpc
+from petlab.server.call_log import logged_unary
 
 MAX_CIPHERTEXT_BYTES = 2048  # a 8192-bit modulus squared
 

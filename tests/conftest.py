@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from crypto.knn_circuit import CircuitConfig, compile_circuit
-from crypto.knn_model import KnnModel, KnnSettings, build_model
-from server.datasets import Dataset, load_bundled
+from petlab.crypto.knn_circuit import CircuitConfig, compile_circuit
+from petlab.crypto.knn_model import KnnModel, KnnSettings, build_model
+from petlab.server.datasets import Dataset, load_bundled
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
-from plaindata.adaptive import (
+from petlab.plaindata.adaptive.hierarchies import Prefixes, Quadtree
+from petlab.plaindata.adaptive.histograms import (
     basic_histogram,
     center,
     choose_attribute,
@@ -23,8 +22,8 @@ from plaindata.adaptive import (
     measure_leaves,
     synthesize_from_counts,
 )
-from plaindata.hierarchies import Prefixes, Quadtree
-from plaindata.noise import OpenDPNoise, SeededNoise
+from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
+from scipy import stats
 
 ALPHA_TEST = 1e-6
 ALPHABET = "ab"

@@ -6,25 +6,24 @@ from itertools import product
 
 import numpy as np
 import pytest
-from scipy import stats
-
-from plaindata.bayes_model import (
+from petlab.plaindata.dp.composition import per_query_epsilon
+from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.plausible.bayes_model import (
     BayesNet,
     learn_parameters,
     log_generation_probability,
     resample,
     seed_probabilities,
 )
-from plaindata.bayes_structure import (
+from petlab.plaindata.plausible.bayes_structure import (
     greedy_cfs,
     learn_structure,
     merit,
     symmetrical_uncertainty,
     topological_order,
 )
-from plaindata.dp_composition import per_query_epsilon
-from plaindata.entropy import count_lower_bound, entropy_sensitivity
-from plaindata.noise import SeededNoise
+from petlab.plaindata.plausible.entropy import count_lower_bound, entropy_sensitivity
+from scipy import stats
 
 CARDS = np.array([2, 3, 2, 3])
 IDENTITY = tuple(np.arange(c) for c in CARDS)

@@ -3,8 +3,7 @@ import gzip
 import numpy as np
 import pandas as pd
 import pytest
-
-from plaindata.commute_data import generate, haversine_miles, load_lodes
+from petlab.plaindata.onthemap.commute_data import generate, haversine_miles, load_lodes
 
 
 def test_haversine_by_hand():
@@ -55,7 +54,7 @@ def test_generator_rejects_nonsense():
 
 
 def test_command_line(tmp_path, capsys):
-    from plaindata.cli import main
+    from petlab.plaindata.cli import main
 
     assert main(["commute-data", "--workers", "3000", "--seed", "1", "--out", str(tmp_path)]) == 0
     assert "3000 workers" in capsys.readouterr().out

@@ -4,8 +4,7 @@ import math
 
 import numpy as np
 import pytest
-
-from plaindata.commute_metrics import (
+from petlab.plaindata.metrics.commute import (
     average_commute_by_destination,
     commute_cdf,
     earthmover_approximation,

@@ -10,14 +10,13 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from client.analyst import certify, keygen, main, prepare, run
-from client.knn_client import make_channel
-from crypto.instructions import canonical_json
-from crypto.trace_chain import public_key_pem, seal
-from plaindata import acs_sample_path
-from protos import controller_pb2, controller_pb2_grpc
-from server.main import ServerOptions, start
+from petlab.client.analyst import certify, keygen, main, prepare, run
+from petlab.client.knn_client import make_channel
+from petlab.crypto.instructions import canonical_json
+from petlab.crypto.trace_chain import public_key_pem, seal
+from petlab.plaindata import acs_sample_path
+from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.server.main import ServerOptions, start
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()

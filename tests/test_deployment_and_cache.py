@@ -3,20 +3,19 @@
 from dataclasses import replace
 
 import numpy as np
+import petlab.server.model_cache as model_cache
 import pytest
-
-import server.model_cache as model_cache
-from crypto.deployment import (
+from petlab.crypto.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings, build_model
-from crypto.knn_plan import build_plan
-from server.datasets import load_bundled
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_plan import build_plan
+from petlab.server.datasets import load_bundled
 
 
 @pytest.fixture(scope="module")

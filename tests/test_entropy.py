@@ -1,4 +1,4 @@
-"""Equation 9 (entropy sensitivity, derived in plaindata/entropy.py) against every small histogram,
+"""Equation 9 (entropy sensitivity, derived in plaindata/plausible/entropy.py) against every small histogram,
 and the composition arithmetic by hand."""
 
 import math
@@ -6,9 +6,8 @@ from itertools import product
 
 import numpy as np
 import pytest
-
-from plaindata.dp_composition import advanced_composition, per_query_epsilon
-from plaindata.entropy import (
+from petlab.plaindata.dp.composition import advanced_composition, per_query_epsilon
+from petlab.plaindata.plausible.entropy import (
     binary_entropy,
     count_lower_bound,
     entropy,

@@ -6,19 +6,18 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-
-from client.knn_client import make_channel
-from crypto.knn_circuit import CircuitConfig
-from crypto.knn_model import KnnSettings, build_model
-from crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
-from experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
-from experiments.run_all import QUICK, run_all
-from experiments.wire import ByteCountingChannel
-from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
-from server.datasets import load_bundled
-from server.knn_service import HostedModel
-from server.main import ServerOptions, start
-from server.model_cache import load_or_compile
+from petlab.client.knn_client import make_channel
+from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
+from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
+from petlab.experiments.run_all import QUICK, run_all
+from petlab.experiments.wire import ByteCountingChannel
+from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from petlab.server.datasets import load_bundled
+from petlab.server.knn_service import HostedModel
+from petlab.server.main import ServerOptions, start
+from petlab.server.model_cache import load_or_compile
 
 TINY = replace(
     QUICK,

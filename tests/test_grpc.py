@@ -10,15 +10,14 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from client.knn_client import KnnRemote, make_channel
-from client.paillier_client import paillier_classify
-from crypto.knn_model import KnnSettings
-from crypto.knn_reference import classify
-from crypto.paillier_knn import generate_keypair
-from protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
-from server.datasets import load_bundled
-from server.main import ServerOptions, start
+from petlab.client.knn_client import KnnRemote, make_channel
+from petlab.client.paillier_client import paillier_classify
+from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn_reference import classify
+from petlab.crypto.paillier_knn import generate_keypair
+from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from petlab.server.datasets import load_bundled
+from petlab.server.main import ServerOptions, start
 
 SETTINGS = KnnSettings(n=6, k=3, bits=4)
 

@@ -1,8 +1,7 @@
 import hashlib
 
 import pytest
-
-from server.key_store import (
+from petlab.server.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
     KeyStore,

@@ -3,19 +3,18 @@ a few, through the byte-level client/server API."""
 
 import numpy as np
 import pytest
-
-from crypto.deployment import (
+from petlab.crypto.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from crypto.knn_circuit import CircuitConfig, compile_circuit
-from crypto.knn_model import KnnSettings, build_model
-from crypto.knn_plan import build_plan
-from crypto.knn_reference import classify
-from server.datasets import load_bundled
+from petlab.crypto.knn_circuit import CircuitConfig, compile_circuit
+from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_plan import build_plan
+from petlab.crypto.knn_reference import classify
+from petlab.server.datasets import load_bundled
 
 
 def simulate_all(circuit, queries):
@@ -44,7 +43,7 @@ def test_iris_circuit_makes_only_upper_triangle_comparisons(iris_circuit, iris_m
 @pytest.mark.slow
 def test_iris_real_encryption_equals_reference(iris_circuit, iris_model, iris_test_levels, tmp_path):
     """Five held-out queries encrypted for real, through serialized bytes only."""
-    from crypto.deployment import load_server, save_server
+    from petlab.crypto.deployment import load_server, save_server
 
     save_server(iris_circuit, tmp_path / "server.zip")
     server = load_server(tmp_path / "server.zip")

@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from crypto.knn_plan import build_plan
-from crypto.knn_reference import classify, classify_by_sorting, trace
+from petlab.crypto.knn_plan import build_plan
+from petlab.crypto.knn_reference import classify, classify_by_sorting, trace
 
 
 def test_reference_equals_sorting_oracle_on_iris(iris_model, iris_test_levels):

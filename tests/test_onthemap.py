@@ -6,9 +6,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from petlab.plaindata.onthemap.algorithm1 import synthesize_destination, synthesize_destination_dense
 from scipy import stats
-
-from plaindata.onthemap import synthesize_destination, synthesize_destination_dense
 
 ALPHA_TEST = 1e-6
 

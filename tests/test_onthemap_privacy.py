@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import pytest
-
-from plaindata.onthemap_privacy import (
+from petlab.plaindata.onthemap.privacy import (
     accept_reject_epsilon,
     dirichlet_multinomial_logpmf,
     dp_alpha,

@@ -8,13 +8,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from petlab.plaindata.onthemap.algorithm1 import polya_spread
+from petlab.plaindata.onthemap.block_grid import MILES_PER_DEGREE_LATITUDE, BlockGrid
+from petlab.plaindata.onthemap.coarsening import coarsen, refine
+from petlab.plaindata.onthemap.privacy import dirichlet_multinomial_logpmf, gamma_good
+from petlab.plaindata.onthemap.release import DistanceBands, release
 from scipy import stats
-
-from plaindata.block_grid import MILES_PER_DEGREE_LATITUDE, BlockGrid
-from plaindata.coarsening import coarsen, refine
-from plaindata.onthemap import polya_spread
-from plaindata.onthemap_privacy import dirichlet_multinomial_logpmf, gamma_good
-from plaindata.onthemap_release import DistanceBands, release
 
 ALPHA_TEST = 1e-6
 
@@ -152,7 +151,7 @@ def test_release_has_the_papers_law_on_an_enumerable_geography():
 
 
 def test_release_at_scale_is_well_formed():
-    from plaindata.commute_data import generate
+    from petlab.plaindata.onthemap.commute_data import generate
 
     data = generate(3000, seed=2)
     index = {b: i for i, b in enumerate(data.crosswalk.tabblk2010)}

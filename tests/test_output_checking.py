@@ -8,11 +8,10 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
-
-from plaindata import acs_sample_path
-from server.analyses import AnalysisError, evaluate
-from server.output_checking import check
-from server.query_set_control import QuerySetControl
+from petlab.plaindata import acs_sample_path
+from petlab.server.analyses import AnalysisError, evaluate
+from petlab.server.output_checking import check
+from petlab.server.query_set_control import QuerySetControl
 
 acro_module = pytest.importorskip("acro")
 sm = pytest.importorskip("statsmodels.api")

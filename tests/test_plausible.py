@@ -6,12 +6,17 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
-from plaindata import acs_sample_path
-from plaindata.bayes_model import seed_probabilities
-from plaindata.noise import SeededNoise
-from plaindata.plausible import (
+from petlab.plaindata import acs_sample_path
+from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.metrics.tabular import all_marginal_tvds
+from petlab.plaindata.plausible.bayes_model import seed_probabilities
+from petlab.plaindata.plausible.privacy_tests import (
+    count_plausible_seeds,
+    default_t,
+    partitions,
+    privacy_test_2_batch,
+)
+from petlab.plaindata.plausible.synthesis import (
     PlausibleConfig,
     PlausiblePrivacyReport,
     fit,
@@ -21,9 +26,8 @@ from plaindata.plausible import (
     sample_marginals,
     synthesize,
 )
-from plaindata.plausible_tests import count_plausible_seeds, default_t, partitions, privacy_test_2_batch
-from plaindata.tabular_schema import acs_discretization, acs_domains_path, load_domains
-from plaindata.utility import all_marginal_tvds
+from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
+from scipy import stats
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +64,7 @@ def test_test_1_counts_equal_the_definition(acs, omega):
         assert count == brute_force_count(p, int(seed), config.gamma)
         assert count == count_plausible_seeds(p, int(seed), config.gamma)
         assert passed == (count >= config.k)
-    # all seeds with non-zero probability share the seed's partition (plaindata/bayes_model.py)
+    # all seeds with non-zero probability share the seed's partition (plaindata/plausible/bayes_model.py)
     p = seed_probabilities(fitted.model, result.records[0], fitted.seeds, omega)
     assert len(set(partitions(p, config.gamma)[p > 0])) == 1
     assert 0 < result.passed.mean() < 1 or omega == 10

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
-
-from crypto.quantization import MinMaxQuantizer
+from petlab.crypto.quantization import MinMaxQuantizer
 
 
 def test_training_range_maps_to_full_levels():

@@ -2,8 +2,7 @@
 clear errors for bad input."""
 
 import pandas as pd
-
-from plaindata.cli import main
+from petlab.plaindata.cli import main
 
 
 def test_onthemap_and_adaptive_commands(tmp_path, capsys):
@@ -48,7 +47,7 @@ def test_plausible_command(tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "300 records released" in text and "Theorem 1" in text and "NOT for release" in text
-    from plaindata import acs_sample_path
+    from petlab.plaindata import acs_sample_path
 
     original = pd.read_csv(acs_sample_path())
     synthetic = pd.read_csv(out)

@@ -6,15 +6,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from crypto.instructions import (
+from petlab.crypto.instructions import (
     MAX_INLINE,
     InvalidInstruction,
     canonical_json,
     decode,
     encode,
 )
-from crypto.trace_chain import (
+from petlab.crypto.trace_chain import (
     ChainState,
     H,
     authority_message,

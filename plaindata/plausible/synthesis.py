@@ -6,23 +6,23 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
 1. Split the data at random into disjoint subsets: D_S (structure), D_P (parameters) and D_T
    (seeds) (Section 3, Section 6.1).
 2. Learn the structure on D_S and the parameters on D_P with differential privacy
-   (:mod:`plaindata.bayes_structure`, :mod:`plaindata.bayes_model`). The subsets are disjoint, so
+   (:mod:`.bayes_structure`, :mod:`.bayes_model`). The subsets are disjoint, so
    the model is (max(eps_S, eps_P), max(delta_S, delta_P))-DP by parallel composition (Section 3.5).
 3. Mechanism 1, vectorised over a batch: draw seeds uniformly from D_T, resample omega attributes,
    count each candidate's plausible seeds and run Privacy Test 1 or 2.
 
 Counting plausible seeds. Pr{y = M(d)} is 0 unless d agrees with y on the kept attributes and is
-then one common value (see :mod:`plaindata.bayes_model`), so all the seeds with non-zero
+then one common value (see :mod:`petlab.plaindata.plausible.bayes_model`), so all the seeds with non-zero
 probability are in the seed's partition: the count is the number of D_T records that agree with y on
 the kept attributes. The batch computes it for every candidate with one ``np.unique`` over the kept
-columns of D_T and the candidates. :func:`plaindata.plausible_tests.count_plausible_seeds` (the
+columns of D_T and the candidates. :func:`petlab.plaindata.plausible.privacy_tests.count_plausible_seeds` (the
 per-candidate definition on the vector of all seed probabilities) is the reference the tests
 compare it with. Early stopping (Section 5): the tool examines the seeds in a random order, stops
 after ``max_check_plausible`` of them or at ``max_plausible`` plausible ones; the number of
 plausible seeds among the first M of N examined is hypergeometric, and that is what is drawn.
 
 Randomness: the Laplace noise of the model and of Test 2 comes from OpenDP (OS randomness, exact
-sampling; :mod:`plaindata.noise`); seeds and resampling use a numpy generator seeded from OS entropy
+sampling; :mod:`petlab.plaindata.dp.noise`); seeds and resampling use a numpy generator seeded from OS entropy
 unless the caller passes a seed (tests, reproducible experiments).
 
 Privacy of a release: the model's budget, and for each released record Theorem 1's (eps, delta)
@@ -37,16 +37,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
-
-from plaindata.bayes_model import (
-    BayesNet,
-    learn_parameters,
-    marginal_model,
-    resample,
-)
-from plaindata.bayes_structure import Structure, learn_structure
-from plaindata.dp_composition import (
+from petlab.plaindata.dp.composition import (
     Budget,
     advanced_composition,
     basic_composition,
@@ -54,14 +45,22 @@ from plaindata.dp_composition import (
     parallel_composition,
     per_query_epsilon,
 )
-from plaindata.noise import NoiseSource, OpenDPNoise
-from plaindata.plausible_tests import (
+from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.plausible.bayes_model import (
+    BayesNet,
+    learn_parameters,
+    marginal_model,
+    resample,
+)
+from petlab.plaindata.plausible.bayes_structure import Structure, learn_structure
+from petlab.plaindata.plausible.privacy_tests import (
     Theorem1,
     default_t,
     privacy_test_1_batch,
     privacy_test_2_batch,
     theorem1,
 )
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
-
-from plaindata.noise import SeededNoise
-from plaindata.plausible_tests import (
+from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.plausible.privacy_tests import (
     count_plausible_seeds,
     partitions,
     privacy_test_1,
     privacy_test_2,
     theorem1,
 )
+from scipy import stats
 
 
 def brute_force_count(p: list[float], seed: int, gamma: float) -> int:

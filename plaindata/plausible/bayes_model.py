@@ -6,7 +6,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Sections 3.1-3.2 and 3.4-3.4.1.
 * Parameters (equations 11-14): for attribute i and each configuration c of its discretized
   parents, the counts N_{i,c,v} of the parameter subset D_P get fresh Lap(1/eps_a) noise each
   (adding or removing a record changes one count per attribute: sensitivity 1, so each table is
-  eps_a-DP and the m tables compose; see :func:`plaindata.dp_composition.per_query_epsilon`). The
+  eps_a-DP and the m tables compose; see :func:`petlab.plaindata.dp.composition.per_query_epsilon`). The
   conditional is one draw theta_{i,c} ~ Dirichlet(max(noisy, 0) + alpha / |X_i|), alpha the prior mass
   per configuration (default 1; equation 12: the paper
   samples rather than taking the mode, equation 13, for variety).
@@ -28,9 +28,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from plaindata.bayes_structure import discretized_cardinalities, topological_order
-from plaindata.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.plausible.bayes_structure import discretized_cardinalities, topological_order
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ from itertools import pairwise
 
 import numpy as np
 import pandas as pd
-
-from plaindata.commute_data import haversine_miles
+from petlab.plaindata.onthemap.commute_data import haversine_miles
 
 
 def commute_miles(origin, destination, latitude, longitude) -> np.ndarray:

@@ -1,9 +1,8 @@
 import numpy as np
 import pandas as pd
 import pytest
-
-from plaindata import acs_sample_path
-from plaindata.utility import all_marginal_tvds, marginal_tvd, pmse
+from petlab.plaindata import acs_sample_path
+from petlab.plaindata.metrics.tabular import all_marginal_tvds, marginal_tvd, pmse
 
 
 def test_tvd_by_hand():

@@ -4,17 +4,17 @@ Machanavajjhala et al., ICDE 2008, Sections III-VI, vectorised over all destinat
 
 1. Public domain (Section VI): the origin domain of destination d is every block within
    ``bands.edges_miles[-1]`` (200 miles in the paper; further O/D pairs are suppressed and
-   counted). Its size k(d) is read off the :class:`~plaindata.block_grid.BlockGrid`.
-2. Prior (Theorem 4.4, union-tail form, :mod:`plaindata.onthemap_privacy`): a uniform alpha(d)
+   counted). Its size k(d) is read off the :class:`petlab.plaindata.onthemap.block_grid.BlockGrid`.
+2. Prior (Theorem 4.4, union-tail form, :mod:`petlab.plaindata.onthemap.privacy`): a uniform alpha(d)
    depending only on the public n(d) = m(d) and k(d), chosen before shrinking as Section V-B
    requires. It is searched once per distinct n(d) for the largest domain, then checked for
    every actual (n(d), k(d)) in one vectorised pass; pairs that fail get their own search.
 3. Algorithm 2: an empty origin block in distance band b is kept with probability f_b, so the
    number kept per (destination, band) is one binomial draw; the blocks themselves are only
    named if synthetic workers land in them (they are a uniform subset of the band's empty blocks).
-4. Algorithm 1, sparsely (:mod:`plaindata.onthemap`): one Gamma(n_i + alpha) per non-empty
+4. Algorithm 1, sparsely (:mod:`petlab.plaindata.onthemap.algorithm1`): one Gamma(n_i + alpha) per non-empty
    origin, one Gamma(K_b alpha) per band's kept empty blocks, a multinomial by sequential
-   binomials, and a Pólya urn per band (:func:`~plaindata.onthemap.polya_spread`).
+   binomials, and a Pólya urn per band (:func:`petlab.plaindata.onthemap.algorithm1.polya_spread`).
 5. Accept/reject (Section V-A): destinations whose output is not gamma-Good are redrawn
    (Algorithm 1 only; the shrunk domain stays), gamma = e^eps - 1.
 6. Named blocks: uniform, distinct, empty-for-d blocks of each band, drawn per destination cell.
@@ -31,17 +31,16 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
-
-from plaindata.block_grid import BlockGrid
-from plaindata.onthemap import polya_spread
-from plaindata.onthemap_privacy import (
+from petlab.plaindata.onthemap.algorithm1 import polya_spread
+from petlab.plaindata.onthemap.block_grid import BlockGrid
+from petlab.plaindata.onthemap.privacy import (
     accept_reject_epsilon,
     gamma_good_by_group,
     log_union_tail,
     shrunk_epsilon,
     union_tail_alphas,
 )
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)

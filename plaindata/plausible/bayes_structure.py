@@ -17,7 +17,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Sections 3.3 and 3.3.1.
   positive), which only multiplies the cells of its table and the Laplace noise they carry.
 * Privacy (Section 3.3.1): every entropy the search can use (H(X_i), H(D(X_j)), H(X_i, D(X_j)),
   H(D(X_j), D(X_l)); identical variables counted once) is computed once with fresh
-  Lap(Delta / eps_e) noise (equation 8), Delta = h_b(1/n_low) from :mod:`plaindata.entropy`
+  Lap(Delta / eps_e) noise (equation 8), Delta = h_b(1/n_low) from :mod:`petlab.plaindata.plausible.entropy`
   (equation 9 derived there, n_low from the noisy count of equation 10). The K entropies compose
   by advanced composition (or basic, if smaller), the count by sequential composition: the
   structure is (eps_n + eps_K, delta' + delta_n)-DP. Noisy entropies are clamped to
@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-
-from plaindata.dp_composition import Budget, best_composition, per_query_epsilon
-from plaindata.entropy import count_lower_bound, entropy, entropy_sensitivity
-from plaindata.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.composition import Budget, best_composition, per_query_epsilon
+from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.plausible.entropy import count_lower_bound, entropy, entropy_sensitivity
 
 # a variable of an entropy query: (attribute, discretized?); identical variables are canonical
 Variable = tuple[int, bool]

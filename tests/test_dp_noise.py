@@ -3,15 +3,14 @@ statistical tests at a fixed false-alarm rate (p = 1e-6, as OpenDP's own tests d
 
 import numpy as np
 import pytest
-from scipy import stats
-
-from plaindata.noise import (
+from petlab.plaindata.dp.noise import (
     OpenDPNoise,
     SeededNoise,
     geometric_mechanism,
     laplace_histogram,
     laplace_mechanism,
 )
+from scipy import stats
 
 ALPHA = 1e-6
 
@@ -76,7 +75,7 @@ def test_bad_parameters():
 
 
 def test_bernoulli_binomial_histogram_law_and_its_exact_delta():
-    from plaindata.noise import bernoulli_binomial_delta, bernoulli_binomial_histogram
+    from petlab.plaindata.dp.noise import bernoulli_binomial_delta, bernoulli_binomial_histogram
 
     keep, trials, p = 0.5, 6, 0.5
     draws = 20000

@@ -22,8 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from plaindata.noise import NoiseSource, laplace_mechanism
+from petlab.plaindata.dp.noise import NoiseSource, laplace_mechanism
 
 
 def partitions(probabilities: np.ndarray, gamma: float) -> np.ndarray:

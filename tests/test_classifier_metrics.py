@@ -4,10 +4,9 @@ marginal baseline loses accuracy, and the distinguishing game is a coin toss bet
 import numpy as np
 import pandas as pd
 import pytest
+from petlab.plaindata import acs_sample_path
+from petlab.plaindata.metrics.classifiers import classifier_comparison, distinguishing_accuracy
 from scipy import stats
-
-from plaindata import acs_sample_path
-from plaindata.ml_utility import classifier_comparison, distinguishing_accuracy
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Adaptive histograms and direct data synthesis ("Synthetic Data via Differential Privacy").
 
-All three algorithms walk a hierarchy (:mod:`plaindata.hierarchies`) level by level, so the noisy
+All three algorithms walk a hierarchy (:mod:`.hierarchies`) level by level, so the noisy
 counts of a whole level are drawn in one call:
 
 * :func:`basic_histogram` (Figure 1): a node whose count plus Lap(1/eps) reaches ``threshold`` is
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from plaindata.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 
 
 @dataclass

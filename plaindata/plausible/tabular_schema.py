@@ -79,7 +79,7 @@ def load_domains(path: Path) -> Schema:
 
 
 def acs_domains_path() -> Path:
-    return Path(str(resources.files("plaindata").joinpath("data/acs13_domains.csv")))
+    return Path(str(resources.files("petlab.plaindata").joinpath("data/acs13_domains.csv")))
 
 
 def default_discretization(schema: Schema) -> tuple[np.ndarray, ...]:

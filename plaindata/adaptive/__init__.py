@@ -1,0 +1,1 @@
+"""Adaptive histograms and direct data synthesis ("Synthetic Data via Differential Privacy")."""

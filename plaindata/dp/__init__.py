@@ -1,0 +1,1 @@
+"""Differential-privacy primitives: noise mechanisms, composition theorems and privacy-cost statements."""

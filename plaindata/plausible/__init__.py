@@ -1,0 +1,1 @@
+"""Plausible-deniability synthesis (Bindschaedler, Shokri and Gunter, VLDB 2017)."""
