@@ -25,6 +25,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/typecheck.py
 
 test: lint
 	$(BIN)/python -m pytest

@@ -223,7 +223,7 @@ def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded
     then snapped back to the nearest blocks (public geography: post-processing)."""
     import math
 
-    from petlab.plaindata import adaptive
+    from petlab.plaindata.adaptive import histograms as adaptive
     from petlab.plaindata.adaptive.hierarchies import Quadtree
     from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
     from petlab.plaindata.metrics.commute import to_unit_cube

@@ -301,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def shut_down(signum, frame) -> None:
         log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-        threading.Thread(target=lambda: (running.stop(args.grace), stopped.set()), daemon=True).start()
+
+        def drain() -> None:
+            running.stop(args.grace)
+            stopped.set()
+
+        threading.Thread(target=drain, daemon=True).start()
 
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)

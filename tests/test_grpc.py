@@ -214,7 +214,7 @@ def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running
 
 def test_bad_key_uploads(channel, running):
     stub = knn_pb2_grpc.KnnServiceStub(channel)
-    before = {k.key_id for k in running.keys.list()}
+    before = {k.key_id for k in running.keys.entries()}
     data = b"not really keys" * 100
     digest = hashlib.sha256(data).hexdigest()
     truncated = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:500])])
@@ -229,7 +229,7 @@ def test_bad_key_uploads(channel, running):
         iter([knn_pb2.KeyChunk(model="nope", total_size=len(data), sha256=digest, data=data)]),
     )
     expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, iter([]))
-    assert {k.key_id for k in running.keys.list()} == before
+    assert {k.key_id for k in running.keys.entries()} == before
     assert not list(running.keys.directory.glob(".upload-*"))
     assert_serving(channel)
 
