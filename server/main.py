@@ -35,6 +35,7 @@ from petlab.protos import (
     paillier_pb2,
     paillier_pb2_grpc,
 )
+from petlab.protos.limits import CHANNEL_OPTIONS
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
@@ -48,7 +49,6 @@ log = logging.getLogger("petlab.server")
 KNN_SERVICE = knn_pb2.DESCRIPTOR.services_by_name["KnnService"].full_name
 PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"].full_name
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
-MAX_MESSAGE_BYTES = 8 << 20
 KEY_CHUNK_LIMIT = 4 << 20
 
 
@@ -132,10 +132,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ],
+        options=list(CHANNEL_OPTIONS),
     )
     knn_pb2_grpc.add_KnnServiceServicer_to_server(KnnServicer(hosted, keys), server)
     paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
