@@ -43,6 +43,7 @@ def test_garbage_bytes_are_value_errors(tiny_compiled):
         KnnClient(b"not specs")
 
 
+@pytest.mark.slow
 def test_query_of_another_shape_is_rejected(tiny_compiled, tmp_path):
     """A query encrypted for another model (13 features, not 4) does not fit. A query of the same
     shape under another client's keys cannot be told apart (ciphertexts look random); the network
@@ -65,6 +66,7 @@ def test_query_of_another_shape_is_rejected(tiny_compiled, tmp_path):
         run_encrypted(compiled.server, keys, foreign)
 
 
+@pytest.mark.slow
 def test_evaluation_keys_carry_no_secret_key(tiny_compiled):
     """What the server receives cannot be loaded as a key set (no secret key to decrypt with);
     the client's own saved key set can."""
