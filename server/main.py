@@ -207,6 +207,14 @@ def _env(name: str, default):
     return os.environ.get(f"PETLAB_{name}", default)
 
 
+def _env_flag(name: str) -> bool:
+    """A yes/no environment variable: 1/true/yes or 0/false/no (any case), unset or empty is no."""
+    value = str(_env(name, "")).strip().lower()
+    if value not in ("", "0", "1", "false", "true", "no", "yes"):
+        raise SystemExit(f"petlab-server: PETLAB_{name} must be 1/0, true/false or yes/no, not {value!r}")
+    return value in ("1", "true", "yes")
+
+
 def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="petlab-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -255,7 +263,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         default=_env("TLS_CLIENT_CA", None),
         help="require client certificates signed by this CA (mutual TLS)",
     )
-    serve.add_argument("--allow-insecure", action="store_true", help="plaintext on a non-loopback address")
+    serve.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=_env_flag("ALLOW_INSECURE"),
+        help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
+    )
     serve.add_argument(
         "--grace",
         type=float,

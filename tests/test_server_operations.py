@@ -145,8 +145,15 @@ def test_flags_come_from_the_environment(monkeypatch, tmp_path):
     options, _ = parse_args(["serve"])
     assert (options.port, options.models, options.data_dir) == (6001, ["iris", "wine"], tmp_path)
     assert options.key_cap_bytes == 10 << 20
+    assert not options.allow_insecure
     options, _ = parse_args(["serve", "--port", "7000", "--model", "digits"])
     assert (options.port, options.models) == (7000, ["digits"])
+    for value, expected in (("1", True), ("YES", True), ("true", True), ("0", False), ("no", False)):
+        monkeypatch.setenv("PETLAB_ALLOW_INSECURE", value)
+        assert parse_args(["serve"])[0].allow_insecure is expected
+    monkeypatch.setenv("PETLAB_ALLOW_INSECURE", "maybe")
+    with pytest.raises(SystemExit, match="PETLAB_ALLOW_INSECURE"):
+        parse_args(["serve"])
 
 
 def test_csv_training_data(tmp_path):
