@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "all", help="every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG"
     )
     size = everything.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="a few minutes on 2 cores (default)")
+    size.add_argument("--quick", action="store_true", help="about 10 minutes on 2 cores (default)")
     size.add_argument("--full", action="store_true", help="the papers' scales (an hour or more)")
     everything.add_argument("--out", type=Path, help="results directory (default results/all-quick or -full)")
     everything.add_argument(
