@@ -54,7 +54,9 @@ def iris_test_levels(iris_model, iris_split) -> np.ndarray:
 def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
     """``hosted_model("iris", KnnSettings(n=6, k=3))``: a bundled data set's model as a server
     hosts it (trained on the split's training part, as ``petlab-server`` does), compiled at most
-    once per session for each (data set, settings) and shared by every test module."""
+    once per session for each (data set, settings) and shared by every test module. Sharing one
+    loaded ``fhe.Server`` across servers is safe: ``RunningServer.stop`` calls its ``cleanup()``,
+    which is a no-op in concrete-python 2.11 (it never removes its directory)."""
     cache = tmp_path_factory.mktemp("compiled-models")
     made: dict[tuple[str, KnnSettings], HostedModel] = {}
 
