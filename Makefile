@@ -6,16 +6,37 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.petlab-installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean torch
 
-# concrete-python depends on torch (only for a convolution helper we never use). Asking for the
-# CPU build first keeps pip from pulling a multi-gigabyte CUDA build.
+# concrete-python depends on torch (only for a convolution helper we never use). On a machine
+# without an NVIDIA GPU we want the CPU-only build: torch from the public index is the CUDA build on
+# Linux (several GB of nvidia-* wheels). So: no GPU and PyTorch's CPU index reachable (probed with a
+# 5 s timeout) -> torch from that index; otherwise, or if that install fails, the default index.
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+PROBE := import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet 'torch==2.13.0'
+	$(MAKE) --no-print-directory torch
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+torch:
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+		echo "torch: NVIDIA GPU found, $(TORCH) from the default index"; \
+		$(BIN)/python -m pip install --quiet '$(TORCH)'; \
+	elif $(BIN)/python -c '$(PROBE)' '$(TORCH_CPU_INDEX)/torch/' 2>/dev/null; then \
+		echo "torch: no GPU, CPU-only $(TORCH) from $(TORCH_CPU_INDEX)"; \
+		$(BIN)/python -m pip install --quiet --timeout 5 --retries 0 --index-url '$(TORCH_CPU_INDEX)' '$(TORCH)' \
+		|| $(BIN)/python -m pip install --quiet '$(TORCH)'; \
+	else \
+		echo "torch: $(TORCH_CPU_INDEX) not reachable, $(TORCH) from the default index" \
+			"(on Linux that is the CUDA build unless a local wheel is found)"; \
+		$(BIN)/python -m pip install --quiet '$(TORCH)'; \
+	fi
+	@$(BIN)/python -c 'import importlib.metadata as m; print("torch:", m.version("torch"), "installed")'
 
 install: $(STAMP)
 
@@ -25,6 +46,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/typecheck.py
 
 test: lint
 	$(BIN)/python -m pytest

@@ -108,7 +108,7 @@ def certify(document: dict, policy: dict, authority: Ed25519PrivateKey) -> dict:
     for number, spec in enumerate(specs, start=1):
         if spec["type"] not in allowed:
             problems.append(f"analysis {number} is a {spec['type']}, which the policy does not allow")
-        used = {spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")}
+        used = {spec[k] for k in ("rows", "columns", "value", "column", "outcome") if spec.get(k) is not None}
         used |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
         if used & forbidden:
             problems.append(f"analysis {number} uses forbidden column(s) {sorted(used & forbidden)}")

@@ -23,10 +23,10 @@ from petlab.client.files import write_owner_only
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.protos.limits import CHANNEL_OPTIONS
 from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 20
-MAX_MESSAGE_BYTES = 8 << 20
 
 
 @dataclass
@@ -71,9 +71,7 @@ class KnnRemote:
         directory = self.cache_dir / _safe(self.server_label) / _safe(model) / reply.specs_sha256[:16]
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         client = KnnClient(reply.client_specs)
-        quantizer = MinMaxQuantizer(
-            reply.model.bits, tuple(reply.model.feature_lows), tuple(reply.model.feature_highs)
-        )
+        quantizer = quantizer_of(reply.model)
         prepared = PreparedModel(reply.model, client, quantizer, directory)
         keys_file, id_file = directory / "keys.bin", directory / "key_id"
         loaded = False
@@ -195,13 +193,18 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("PETLAB_CLIENT_CACHE", Path.home() / ".cache" / "petlab"))
 
 
+def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:
+    """The model's published quantizer (bits and per-feature bounds in ``ModelInfo``), validated:
+    the server's description is input like any other (ValueError when it is not a quantizer)."""
+    return MinMaxQuantizer.from_dict(
+        {"bits": info.bits, "lows": list(info.feature_lows), "highs": list(info.feature_highs)}
+    )
+
+
 def make_channel(
     address: str, tls_ca: Path | None = None, tls_cert: Path | None = None, tls_key: Path | None = None
 ) -> grpc.Channel:
-    options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ]
+    options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
             root_certificates=tls_ca.read_bytes() if tls_ca else None,

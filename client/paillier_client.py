@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from petlab.client.knn_client import CallStats
+from petlab.client.knn_client import CallStats, quantizer_of
 from petlab.crypto.paillier_knn import (
     decrypt_distances,
     encrypt_query,
@@ -14,7 +14,6 @@ from petlab.crypto.paillier_knn import (
     nearest_indices,
     to_bytes,
 )
-from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, paillier_pb2, paillier_pb2_grpc
 
 
@@ -27,8 +26,7 @@ def paillier_classify(
     timeout: float | None = None,
 ) -> int:
     public_key, private_key = keypair
-    quantizer = MinMaxQuantizer(info.bits, tuple(info.feature_lows), tuple(info.feature_highs))
-    levels = quantizer.transform(np.asarray(features, dtype=float))
+    levels = quantizer_of(info).transform(np.asarray(features, dtype=float))
     encrypted, square_norm = encrypt_query(public_key, levels)
     stub = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
     request = paillier_pb2.DistancesRequest(

@@ -109,6 +109,8 @@ def resolve(instruction: Instruction, revealed: dict[str, bytes]) -> bytes:
     """The spec bytes an instruction stands for; a by-reference spec must hash to h_j."""
     if instruction.spec is not None:
         return instruction.spec
+    if instruction.pointer is None:
+        raise InvalidInstruction("the instruction has neither an inline spec nor a pointer")
     spec = revealed.get(instruction.pointer)
     if spec is None:
         raise InvalidInstruction(f"the spec at pointer {instruction.pointer!r} was not revealed")

@@ -82,9 +82,9 @@ def generate_keypair(
 
 
 def encrypt_query(public_key: paillier.PaillierPublicKey, levels: np.ndarray) -> tuple[list[int], int]:
-    levels = [int(v) for v in np.asarray(levels).ravel()]
-    encrypted = [public_key.raw_encrypt(v) for v in levels]
-    return encrypted, public_key.raw_encrypt(sum(v * v for v in levels))
+    values = [int(v) for v in np.asarray(levels).ravel()]
+    encrypted = [public_key.raw_encrypt(v) for v in values]
+    return encrypted, public_key.raw_encrypt(sum(v * v for v in values))
 
 
 def decrypt_distances(private_key: paillier.PaillierPrivateKey, ciphertexts: list[int]) -> np.ndarray:

@@ -48,7 +48,9 @@ def best_random_subset(
     rounds: int,
 ) -> tuple[np.ndarray, float]:
     """The paper's method: the best of ``rounds`` uniformly random n-subsets."""
-    best, best_score = None, -1.0
+    if rounds < 1:
+        raise ValueError("best_random_subset needs at least one round")
+    best, best_score = np.empty(0, dtype=int), -1.0
     for _ in range(rounds):
         subset = np.sort(rng.choice(len(levels), size=n, replace=False))
         score = subset_score(levels, labels, subset, k, n_classes)

@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         "plausible-bench", help="plausible-deniability synthesis: 100k candidates, records/s and pass rate"
     )
     plausible.add_argument(
-        "--data", type=Path, help="ACS CSV (default ../shared/data/acs13.csv, else the sample)"
+        "--data",
+        type=Path,
+        help="ACS CSV (default $PETLAB_ACS_DATA, else ../shared/data/acs13.csv, else the shipped sample)",
     )
     plausible.add_argument("--candidates", type=int, default=100_000)
     plausible.add_argument("--k", type=int, default=50)
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "all", help="every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG"
     )
     size = everything.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="a few minutes on 2 cores (default)")
+    size.add_argument("--quick", action="store_true", help="about 10 minutes on 2 cores (default)")
     size.add_argument("--full", action="store_true", help="the papers' scales (an hour or more)")
     everything.add_argument("--out", type=Path, help="results directory (default results/all-quick or -full)")
     everything.add_argument(
@@ -77,26 +79,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
-        from petlab.experiments.grpc_demo import run_demo
+        from petlab.experiments import grpc_demo
 
-        return run_demo(args.rows, args.data_dir)
+        return grpc_demo.run_demo(args.rows, args.data_dir)
     if args.command == "local-demo":
-        from petlab.experiments.local_demo import run_demo
+        from petlab.experiments import local_demo
 
-        return run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
+        return local_demo.run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
     if args.command == "knn-bench":
-        from petlab.experiments.knn_bench import run_bench
+        from petlab.experiments import knn_bench
 
-        config = CircuitConfig(
+        circuit = CircuitConfig(
             sign_bits=args.sign_bits,
             global_p_error=args.global_p_error,
             parameter_selection_strategy=args.strategy,
         )
-        return run_bench(args.n, args.queries, args.out, config)
+        return knn_bench.run_bench(args.n, args.queries, args.out, circuit)
     if args.command == "onthemap-bench":
-        from petlab.experiments.onthemap_bench import run_bench
+        from petlab.experiments import onthemap_bench
 
-        return run_bench(args.workers, args.blocks, args.seed, args.out)
+        return onthemap_bench.run_bench(args.workers, args.blocks, args.seed, args.out)
     if args.command == "all":
         from petlab.experiments.run_all import FULL, QUICK, run_all
 
@@ -105,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         run_all(FULL if args.full else QUICK, args.out or Path(f"results/all-{mode}"), args.cache_dir, mode)
         return 0
     if args.command == "plausible-bench":
-        from petlab.experiments.plausible_bench import default_data, run_bench
+        from petlab.experiments import plausible_bench
         from petlab.plaindata.plausible.synthesis import PlausibleConfig
 
+        try:
+            data = plausible_bench.existing_data(args.data) if args.data else plausible_bench.default_data()
+        except FileNotFoundError as exc:
+            print(f"petlab-experiments plausible-bench: {exc}", file=sys.stderr)
+            return 2
         config = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
-        return run_bench(args.data or default_data(), args.candidates, config, args.seed, args.out)
+        return plausible_bench.run_bench(data, args.candidates, config, args.seed, args.out)
     return 2
 
 

@@ -87,8 +87,8 @@ def run_demo(rows: int = 3, data_dir: Path = Path(".petlab-cache/demo-server")) 
     _, test = load_bundled("iris").split()
     picked = np.random.default_rng(0).choice(len(test.labels), size=rows, replace=False)
     truth = [test.class_names[test.labels[i]] for i in picked]
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
         rows_csv = scratch / "rows.csv"
         pd.DataFrame(test.features[picked], columns=test.feature_names).to_csv(rows_csv, index=False)
         port_file = scratch / "port"

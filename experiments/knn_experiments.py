@@ -82,7 +82,7 @@ def run_dataset(name: str, settings: KnnSettings, queries: int, cache: Path, pro
         clear_times.append(time.perf_counter() - started)
     clear_median, clear_p90 = _stats(clear_times)
     base = {"dataset": name, "n": settings.n, "k": settings.k, "d": model.d}
-    results = [
+    results: list[dict] = [
         {
             **base,
             "protocol": "clear",

@@ -34,11 +34,30 @@ from petlab.plaindata.plausible.synthesis import (
 )
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
-SHARED_ACS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "acs13.csv"
+DATA_VARIABLE = "PETLAB_ACS_DATA"
+SHARED_ACS = Path("..") / "shared" / "data" / "acs13.csv"  # relative to the working directory
 
 
 def default_data() -> Path:
-    return SHARED_ACS if SHARED_ACS.exists() else acs_sample_path()
+    """The ACS CSV to use when ``--data`` is not given, found the same way installed or not.
+
+    ``$PETLAB_ACS_DATA`` when set (it must exist), else ``../shared/data/acs13.csv`` relative to the
+    working directory when present, else the 5,000-record sample shipped in the package.
+    """
+    named = os.environ.get(DATA_VARIABLE)
+    if named:
+        return existing_data(Path(named), DATA_VARIABLE)
+    return SHARED_ACS if SHARED_ACS.is_file() else acs_sample_path()
+
+
+def existing_data(path: Path, source: str = "--data") -> Path:
+    """``path`` itself, or a FileNotFoundError that names the flag or variable that gave it."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{source} {path}: no such file (give the ACS 2013 CSV, e.g. ../shared/data/acs13.csv, "
+            "or leave it out to use the shipped 5,000-record sample)"
+        )
+    return path
 
 
 def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | None, out: Path) -> int:
@@ -46,13 +65,14 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
     frame = pd.read_csv(data)
     codes = schema.encode(frame)
     rng = np.random.default_rng(seed)
+    if candidates < 1:
+        raise ValueError("candidates must be at least 1")
     print(f"{len(codes)} records from {data}; {candidates} candidates, k={config.k}, "
           f"gamma={config.gamma:g}, omega={config.omega}, eps0={config.eps0}", flush=True)  # fmt: skip
     start = time.perf_counter()
     fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng)
     learn_s = time.perf_counter() - start
     start = time.perf_counter()
-    result = None
     passed = 0
     for offset in range(0, candidates, 20_000):
         result = generate_and_test(fitted, min(20_000, candidates - offset), config, rng)

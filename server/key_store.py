@@ -150,7 +150,8 @@ class KeyStore:
         with self._lock:
             self._delete_locked([key_id])
 
-    def list(self) -> list[StoredKey]:
+    def entries(self) -> list[StoredKey]:
+        """Every stored key, oldest first (named so it does not shadow ``list`` in this class)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT key_id, owner, model, size, created, last_used FROM keys ORDER BY created"

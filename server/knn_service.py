@@ -34,6 +34,7 @@ from petlab.server.key_store import (
     MalformedKeyId,
     UploadMismatch,
 )
+from petlab.server.rpc_errors import abort, model_named
 
 log = logging.getLogger(__name__)
 
@@ -141,15 +142,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     # ------------------------------------------------------------------ helpers
 
     def _model(self, name: str, context) -> HostedModel:
-        if not name:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request does not name a model")
-        hosted = self._models.get(name)
-        if hosted is None:
-            context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"no model named {name!r}; this server hosts {', '.join(sorted(self._models))}",
-            )
-        return hosted
+        return model_named(self._models, name, context)
 
     def _ciphertext(self, data: bytes, context) -> fhe.Value:
         if len(data) > MAX_QUERY_BYTES:
@@ -195,4 +188,4 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             try:
                 return run_encrypted(hosted.server, keys, query)
             except ValueError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -35,6 +35,7 @@ from petlab.protos import (
     paillier_pb2,
     paillier_pb2_grpc,
 )
+from petlab.protos.limits import CHANNEL_OPTIONS
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
@@ -48,7 +49,6 @@ log = logging.getLogger("petlab.server")
 KNN_SERVICE = knn_pb2.DESCRIPTOR.services_by_name["KnnService"].full_name
 PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"].full_name
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
-MAX_MESSAGE_BYTES = 8 << 20
 KEY_CHUNK_LIMIT = 4 << 20
 
 
@@ -132,10 +132,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ],
+        options=list(CHANNEL_OPTIONS),
     )
     knn_pb2_grpc.add_KnnServiceServicer_to_server(KnnServicer(hosted, keys), server)
     paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
@@ -210,6 +207,14 @@ def _env(name: str, default):
     return os.environ.get(f"PETLAB_{name}", default)
 
 
+def _env_flag(name: str) -> bool:
+    """A yes/no environment variable: 1/true/yes or 0/false/no (any case), unset or empty is no."""
+    value = str(_env(name, "")).strip().lower()
+    if value not in ("", "0", "1", "false", "true", "no", "yes"):
+        raise SystemExit(f"petlab-server: PETLAB_{name} must be 1/0, true/false or yes/no, not {value!r}")
+    return value in ("1", "true", "yes")
+
+
 def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="petlab-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -258,7 +263,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         default=_env("TLS_CLIENT_CA", None),
         help="require client certificates signed by this CA (mutual TLS)",
     )
-    serve.add_argument("--allow-insecure", action="store_true", help="plaintext on a non-loopback address")
+    serve.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=_env_flag("ALLOW_INSECURE"),
+        help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
+    )
     serve.add_argument(
         "--grace",
         type=float,
@@ -301,7 +311,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def shut_down(signum, frame) -> None:
         log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-        threading.Thread(target=lambda: (running.stop(args.grace), stopped.set()), daemon=True).start()
+
+        def drain() -> None:
+            running.stop(args.grace)
+            stopped.set()
+
+        threading.Thread(target=drain, daemon=True).start()
 
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)

@@ -12,6 +12,7 @@ from petlab.crypto.knn_model import KnnModel
 from petlab.crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
 from petlab.protos import paillier_pb2, paillier_pb2_grpc
 from petlab.server.call_log import logged_unary
+from petlab.server.rpc_errors import model_named
 
 MAX_CIPHERTEXT_BYTES = 2048  # a 8192-bit modulus squared
 
@@ -21,11 +22,7 @@ class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
         self._models = models
 
     def _model(self, name: str, context) -> KnnModel:
-        if not name:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request does not name a model")
-        if name not in self._models:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no model named {name!r}")
-        return self._models[name]
+        return model_named(self._models, name, context)
 
     @logged_unary
     def Distances(self, request, context):

@@ -1,12 +1,20 @@
-"""Shared, session-scoped fixtures: each circuit is compiled once per test session."""
+"""Shared, session-scoped fixtures: each circuit is compiled once per test session, and every test
+that needs a running server starts it the same way (:func:`serving`, the ``serve`` fixture)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
 from petlab.crypto.knn_circuit import CircuitConfig, compile_circuit
 from petlab.crypto.knn_model import KnnModel, KnnSettings, build_model
 from petlab.server.datasets import Dataset, load_bundled
+from petlab.server.knn_service import HostedModel
+from petlab.server.main import RunningServer, ServerOptions, start
+from petlab.server.model_cache import load_or_compile
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +45,50 @@ def iris_circuit(iris_model):
 def iris_test_levels(iris_model, iris_split) -> np.ndarray:
     _, test = iris_split
     return iris_model.quantizer.transform(test.features)
+
+
+# ---------------------------------------------------------------------------------- servers
+
+
+@pytest.fixture(scope="session")
+def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
+    """``hosted_model("iris", KnnSettings(n=6, k=3))``: a bundled data set's model as a server
+    hosts it (trained on the split's training part, as ``petlab-server`` does), compiled at most
+    once per session for each (data set, settings) and shared by every test module. Sharing one
+    loaded ``fhe.Server`` across servers is safe: ``RunningServer.stop`` calls its ``cleanup()``,
+    which is a no-op in concrete-python 2.11 (it never removes its directory)."""
+    cache = tmp_path_factory.mktemp("compiled-models")
+    made: dict[tuple[str, KnnSettings], HostedModel] = {}
+
+    def make(name: str, settings: KnnSettings) -> HostedModel:
+        if (name, settings) not in made:
+            train, _ = load_bundled(name).split()
+            model = build_model(
+                name, train.features, train.labels, settings, train.class_names, train.feature_names
+            )
+            compiled = load_or_compile(model, CircuitConfig(), cache)
+            made[name, settings] = HostedModel(model, compiled.server, dataset=name)
+        return made[name, settings]
+
+    return make
+
+
+@contextmanager
+def serving(
+    data_dir: Path, hosted: dict[str, HostedModel] | None = None, **options
+) -> Iterator[RunningServer]:
+    """The one way the tests start a server: ``start(ServerOptions(...))`` on a free loopback port
+    (``port=0``), no models unless given, stopped with a one-second grace on exit (stopping twice is
+    harmless, so a test may stop it itself)."""
+    settings = {"data_dir": data_dir, "models": [], "port": 0, **options}
+    running = start(ServerOptions(**settings), hosted)
+    try:
+        yield running
+    finally:
+        running.stop(grace=1)
+
+
+@pytest.fixture(scope="session")
+def serve() -> Callable[..., AbstractContextManager[RunningServer]]:
+    """:func:`serving`, as a fixture: ``with serve(tmp_path, hosted, ...) as running: ...``."""
+    return serving

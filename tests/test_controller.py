@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from pathlib import Path
 
 import grpc
 import pytest
@@ -16,7 +15,6 @@ from petlab.crypto.instructions import canonical_json
 from petlab.crypto.trace_chain import public_key_pem, seal
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
-from petlab.server.main import ServerOptions, start
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()
@@ -29,17 +27,10 @@ GOOD = [
 ]
 
 
-def serve(data_dir: Path, **extra):
-    return start(
-        ServerOptions(data_dir=data_dir, models=[], port=0, analysis_data=acs_sample_path(), **extra)
-    )
-
-
 @pytest.fixture()
-def server(tmp_path):
-    running = serve(tmp_path)
-    yield running
-    running.stop(grace=1)
+def server(serve, tmp_path):
+    with serve(tmp_path, analysis_data=acs_sample_path()) as running:
+        yield running
 
 
 @pytest.fixture()
@@ -190,41 +181,38 @@ def test_bad_specs_abort_with_invalid_argument(channel, spec, message):
     assert again.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_sessions_survive_a_restart(tmp_path):
+def test_sessions_survive_a_restart(serve, tmp_path):
     document = prepare(GOOD[:3], ANALYST)
-    first = serve(tmp_path)
-    try:
-        with make_channel(f"127.0.0.1:{first.port}") as channel:
-            stub = controller_pb2_grpc.AnalysisControllerStub(channel)
-            session = open_session(stub, document)
-            assert reveal(stub, session, document, 1).position == 1
-    finally:
-        first.stop(grace=1)
-    second = serve(tmp_path)
-    try:
-        with make_channel(f"127.0.0.1:{second.port}") as channel:
-            stub = controller_pb2_grpc.AnalysisControllerStub(channel)
-            assert reveal(stub, session, document, 2).position == 2
-            assert reveal(stub, session, document, 3).last
-    finally:
-        second.stop(grace=1)
+    with (
+        serve(tmp_path, analysis_data=acs_sample_path()) as first,
+        make_channel(f"127.0.0.1:{first.port}") as channel,
+    ):
+        stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+        session = open_session(stub, document)
+        assert reveal(stub, session, document, 1).position == 1
+    with (
+        serve(tmp_path, analysis_data=acs_sample_path()) as second,
+        make_channel(f"127.0.0.1:{second.port}") as channel,
+    ):
+        stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+        assert reveal(stub, session, document, 2).position == 2
+        assert reveal(stub, session, document, 3).last
 
 
-def test_certification_authority(tmp_path):
+def test_certification_authority(serve, tmp_path):
     authority_pub = tmp_path / "authority.pub.pem"
     authority_pub.write_bytes(public_key_pem(AUTHORITY.public_key()))
-    running = serve(tmp_path, authority_key=authority_pub)
-    try:
-        with make_channel(f"127.0.0.1:{running.port}") as channel:
-            document = prepare(GOOD[:2], ANALYST)
-            with pytest.raises(grpc.RpcError) as failure:
-                run(document, channel, out=io.StringIO())
-            assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            assert "co-signature" in failure.value.details()
-            policy = {"allowed_types": ["frequency", "magnitude"], "forbidden_columns": ["race"]}
-            assert run(certify(document, policy, AUTHORITY), channel, out=io.StringIO()) == 0
-    finally:
-        running.stop(grace=1)
+    with (
+        serve(tmp_path, analysis_data=acs_sample_path(), authority_key=authority_pub) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        document = prepare(GOOD[:2], ANALYST)
+        with pytest.raises(grpc.RpcError) as failure:
+            run(document, channel, out=io.StringIO())
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "co-signature" in failure.value.details()
+        policy = {"allowed_types": ["frequency", "magnitude"], "forbidden_columns": ["race"]}
+        assert run(certify(document, policy, AUTHORITY), channel, out=io.StringIO()) == 0
     with pytest.raises(ValueError, match="does not allow"):
         certify(prepare([GOOD[2]], ANALYST), {"allowed_types": ["frequency"]}, AUTHORITY)
     with pytest.raises(ValueError, match="forbidden column"):

@@ -32,6 +32,16 @@ def tiny_compiled(tiny_model, tmp_path_factory):
     compiled.server.cleanup()
 
 
+@pytest.fixture(scope="module")
+def tiny_keys(tiny_compiled):
+    """One key set for the tiny circuit (seeded: these tests are about the byte API, not keys),
+    and the server's parsed evaluation keys, shared so each is made and decompressed once."""
+    compiled, _ = tiny_compiled
+    client = KnnClient(client_specs_bytes(compiled.server))
+    client.generate_keys(secret_seed=1, encryption_seed=2)
+    return client, parse_evaluation_keys(client.evaluation_keys_bytes())
+
+
 def test_garbage_bytes_are_value_errors(tiny_compiled):
     with pytest.raises(ValueError, match="ciphertext"):
         parse_ciphertext(b"\x00garbage" * 10)
@@ -43,40 +53,35 @@ def test_garbage_bytes_are_value_errors(tiny_compiled):
         KnnClient(b"not specs")
 
 
-def test_query_of_another_shape_is_rejected(tiny_compiled, tmp_path):
+@pytest.mark.slow
+def test_query_of_another_shape_is_rejected(tiny_compiled, tiny_keys, hosted_model):
     """A query encrypted for another model (13 features, not 4) does not fit. A query of the same
     shape under another client's keys cannot be told apart (ciphertexts look random); the network
     layer binds each query to a registered key id and its model instead."""
     compiled, _ = tiny_compiled
-    tiny_client = KnnClient(client_specs_bytes(compiled.server))
-    tiny_client.generate_keys(secret_seed=1, encryption_seed=2)
-    keys = parse_evaluation_keys(tiny_client.evaluation_keys_bytes())
+    tiny_client, keys = tiny_keys
     own = run_encrypted(compiled.server, keys, parse_ciphertext(tiny_client.encrypt(np.zeros(4))))
     assert tiny_client.decrypt_class(own) in (0, 1, 2)
 
-    wine = load_bundled("wine")
-    wine_model = build_model("wine", wine.features, wine.labels, KnnSettings(n=6, k=3))
-    wine_compiled = model_cache.load_or_compile(wine_model, CircuitConfig(), tmp_path)
-    other = KnnClient(client_specs_bytes(wine_compiled.server))
-    wine_compiled.server.cleanup()
+    wine = hosted_model("wine", KnnSettings(n=6, k=3))  # the session's, shared with test_grpc
+    other = KnnClient(client_specs_bytes(wine.server))
     other.generate_keys(secret_seed=3, encryption_seed=4)
     foreign = parse_ciphertext(other.encrypt(np.zeros(13, dtype=np.int64)))
     with pytest.raises(ValueError, match="does not fit"):
         run_encrypted(compiled.server, keys, foreign)
 
 
-def test_evaluation_keys_carry_no_secret_key(tiny_compiled):
+@pytest.mark.slow
+def test_evaluation_keys_carry_no_secret_key(tiny_compiled, tiny_keys):
     """What the server receives cannot be loaded as a key set (no secret key to decrypt with);
     the client's own saved key set can."""
     compiled, _ = tiny_compiled
     specs = client_specs_bytes(compiled.server)
-    client = KnnClient(specs)
-    client.generate_keys(secret_seed=5, encryption_seed=6)
+    client, keys = tiny_keys
     with pytest.raises(ValueError, match="not a client's key set"):
         KnnClient(specs).load_keys(client.evaluation_keys_bytes())
     restored = KnnClient(specs)
     restored.load_keys(client.secret_keys_bytes())
-    keys = parse_evaluation_keys(client.evaluation_keys_bytes())
     answer = run_encrypted(compiled.server, keys, parse_ciphertext(client.encrypt(np.zeros(4))))
     assert restored.decrypt_class(answer) == client.decrypt_class(answer)
 

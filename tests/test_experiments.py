@@ -7,17 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from petlab.client.knn_client import make_channel
-from petlab.crypto.knn_circuit import CircuitConfig
-from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.crypto.knn_model import KnnSettings
 from petlab.crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
 from petlab.experiments.wire import ByteCountingChannel
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
-from petlab.server.datasets import load_bundled
-from petlab.server.knn_service import HostedModel
-from petlab.server.main import ServerOptions, start
-from petlab.server.model_cache import load_or_compile
 
 TINY = replace(
     QUICK,
@@ -39,6 +34,7 @@ TINY = replace(
 )
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path):
     out = tmp_path / "results"
     report = run_all(TINY, out, tmp_path / "cache", "tiny")
@@ -66,19 +62,13 @@ def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("wire")
-    train, _ = load_bundled("iris").split()
-    model = build_model("iris", train.features, train.labels, KnnSettings(n=4, k=1))
-    compiled = load_or_compile(model, CircuitConfig(), scratch / "models")
-    running = start(
-        ServerOptions(data_dir=scratch / "server", models=[], port=0),
-        {"iris": HostedModel(model, compiled.server, dataset="iris")},
-    )
-    yield running, model
-    running.stop(grace=1.0)
+def server(serve, hosted_model, tmp_path_factory):
+    hosted = hosted_model("iris", KnnSettings(n=4, k=1))
+    with serve(tmp_path_factory.mktemp("wire"), {"iris": hosted}) as running:
+        yield running, hosted.model
 
 
+@pytest.mark.slow
 def test_counted_bytes_equal_serialized_message_sizes(server):
     running, model = server
     channel = ByteCountingChannel(make_channel(f"127.0.0.1:{running.port}"))

@@ -17,20 +17,8 @@ from petlab.crypto.knn_reference import classify
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.datasets import load_bundled
-from petlab.server.main import ServerOptions, start
 
 SETTINGS = KnnSettings(n=6, k=3, bits=4)
-
-
-def options(data_dir: Path, **overrides) -> ServerOptions:
-    return ServerOptions(
-        data_dir=data_dir,
-        models=["iris", "wine"],
-        port=0,
-        settings=SETTINGS,
-        key_cap_bytes=2 << 30,
-        **overrides,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +27,14 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def running(data_dir):
-    server = start(options(data_dir))
-    yield server
-    server.stop(grace=1)
+def hosted(hosted_model):
+    return {name: hosted_model(name, SETTINGS) for name in ("iris", "wine")}
+
+
+@pytest.fixture(scope="module")
+def running(serve, data_dir, hosted):
+    with serve(data_dir, hosted, key_cap_bytes=2 << 30) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +74,7 @@ def test_list_models_shows_public_information_only(remote):
     assert {f.name for f in knn_pb2.ModelInfo.DESCRIPTOR.fields}.isdisjoint({"n", "k", "train"})
 
 
+@pytest.mark.slow
 def test_encrypted_classification_equals_reference(running, remote, iris_prepared, held_out):
     rows = held_out[:4]
     single = [remote.classify(iris_prepared, row) for row in rows[:2]]
@@ -90,12 +83,14 @@ def test_encrypted_classification_equals_reference(running, remote, iris_prepare
     assert single == expected[:2] and batch == expected
 
 
+@pytest.mark.slow
 def test_secret_keys_are_cached_owner_only(iris_prepared):
     keys_file = iris_prepared.directory / "keys.bin"
     assert keys_file.stat().st_mode & 0o777 == 0o600
     assert iris_prepared.directory.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow
 def test_paillier_baseline_equals_reference(running, channel, remote, held_out):
     info = next(m for m in remote.models() if m.name == "iris")
     keypair = generate_keypair()
@@ -105,22 +100,24 @@ def test_paillier_baseline_equals_reference(running, channel, remote, held_out):
     assert [s.method for s in stats[:2]] == ["Distances", "Labels"]
 
 
-def test_restart_keeps_registered_keys(data_dir, remote, iris_prepared, running, held_out):
-    """A second server process on the same data directory (models from the compile cache, keys from
-    the store) accepts the key id registered with the first."""
+@pytest.mark.slow
+def test_restart_keeps_registered_keys(serve, data_dir, hosted, remote, iris_prepared, running, held_out):
+    """A second server on the same data directory (keys from the store; loading models from the
+    compile cache is tested in test_deployment_and_cache) accepts the key id registered with the
+    first."""
     key_id = iris_prepared.key_id
-    restarted = start(options(data_dir))
-    try:
-        with make_channel(f"127.0.0.1:{restarted.port}") as channel:
-            again = KnnRemote(channel, "test-server", remote.cache_dir, timeout=300, show_progress=False)
-            prepared = again.prepare("iris")
-            assert prepared.key_id == key_id
-            assert again.classify(prepared, held_out[5]) == reference(restarted, "iris", held_out[5:6])[0]
-            assert "RegisterKeys" not in [s.method for s in again.stats]
-    finally:
-        restarted.stop(grace=1)
+    with (
+        serve(data_dir, hosted, key_cap_bytes=2 << 30) as restarted,
+        make_channel(f"127.0.0.1:{restarted.port}") as channel,
+    ):
+        again = KnnRemote(channel, "test-server", remote.cache_dir, timeout=300, show_progress=False)
+        prepared = again.prepare("iris")
+        assert prepared.key_id == key_id
+        assert again.classify(prepared, held_out[5]) == reference(restarted, "iris", held_out[5:6])[0]
+        assert "RegisterKeys" not in [s.method for s in again.stats]
 
 
+@pytest.mark.slow
 def test_unknown_key_is_uploaded_again(remote, iris_prepared, running, held_out):
     running.keys.forget(iris_prepared.key_id)
     old = iris_prepared.key_id
@@ -136,6 +133,7 @@ def expect_status(code: grpc.StatusCode, call, *args, **kwargs) -> str:
     return failure.value.details()
 
 
+@pytest.mark.slow
 def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running):
     stub = knn_pb2_grpc.KnnServiceStub(channel)
     key = iris_prepared.key_id
@@ -214,7 +212,7 @@ def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running
 
 def test_bad_key_uploads(channel, running):
     stub = knn_pb2_grpc.KnnServiceStub(channel)
-    before = {k.key_id for k in running.keys.list()}
+    before = {k.key_id for k in running.keys.entries()}
     data = b"not really keys" * 100
     digest = hashlib.sha256(data).hexdigest()
     truncated = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:500])])
@@ -229,11 +227,12 @@ def test_bad_key_uploads(channel, running):
         iter([knn_pb2.KeyChunk(model="nope", total_size=len(data), sha256=digest, data=data)]),
     )
     expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, iter([]))
-    assert {k.key_id for k in running.keys.list()} == before
+    assert {k.key_id for k in running.keys.entries()} == before
     assert not list(running.keys.directory.glob(".upload-*"))
     assert_serving(channel)
 
 
+@pytest.mark.slow
 def test_concurrent_clients_are_all_correct(running, remote, iris_prepared, held_out):
     rows = held_out[10:16]
     answers: dict[int, int] = {}
@@ -256,9 +255,25 @@ def assert_serving(channel) -> None:
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_plaintext_refused_off_loopback(tmp_path):
-    with pytest.raises(ValueError, match="refusing plaintext"):
-        start(options(tmp_path, host="0.0.0.0"))
+def test_plaintext_refused_off_loopback(serve, hosted, tmp_path):
+    with pytest.raises(ValueError, match="refusing plaintext"), serve(tmp_path, hosted, host="0.0.0.0"):
+        pass
+
+
+def test_unknown_models_get_one_answer_from_every_service(channel):
+    """One lookup (server/rpc_errors.py): the same status and words from the k-NN and Paillier
+    services, and an unnamed model is INVALID_ARGUMENT in both."""
+    knn = knn_pb2_grpc.KnnServiceStub(channel)
+    paillier = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
+    answers = [
+        expect_status(
+            grpc.StatusCode.NOT_FOUND, knn.GetClientSpecs, knn_pb2.GetClientSpecsRequest(model="mnist")
+        ),
+        expect_status(grpc.StatusCode.NOT_FOUND, paillier.Labels, paillier_pb2.LabelsRequest(model="mnist")),
+    ]
+    assert answers[0] == answers[1] == "no model named 'mnist'; this server hosts iris, wine"
+    expect_status(grpc.StatusCode.INVALID_ARGUMENT, knn.GetClientSpecs, knn_pb2.GetClientSpecsRequest())
+    expect_status(grpc.StatusCode.INVALID_ARGUMENT, paillier.Labels, paillier_pb2.LabelsRequest())
 
 
 def test_server_reflection_lists_the_services(channel):
@@ -274,6 +289,7 @@ def test_server_reflection_lists_the_services(channel):
     } <= services
 
 
+@pytest.mark.slow
 def test_damaged_key_cache_is_replaced(channel, running, held_out, tmp_path):
     fresh = KnnRemote(channel, "test-server", tmp_path, timeout=300, show_progress=False)
     first = fresh.prepare("iris")

@@ -62,7 +62,7 @@ def test_truncated_or_corrupted_uploads_leave_nothing(tmp_path):
 
     with pytest.raises(ConnectionError):
         store.put("iris", "t", 50, digest, crashing())
-    assert store.list() == []
+    assert store.entries() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"]
 
 
@@ -78,7 +78,7 @@ def test_cap_and_least_recently_used_eviction(tmp_path):
     store.read(first.key_id, "iris")  # first is now the most recently used
     clock.now += 1
     third = upload(store, b"c" * 40)
-    remaining = {k.key_id for k in store.list()}
+    remaining = {k.key_id for k in store.entries()}
     assert remaining == {first.key_id, third.key_id}
     assert second.key_id not in remaining and store.total_bytes() == 80
 
@@ -105,5 +105,5 @@ def test_restart_cleans_orphans(tmp_path):
     (tmp_path / ("f" * 32 + ".bin")).write_bytes(b"no row")
     (tmp_path / f"{stored.key_id}.bin").unlink()
     again = KeyStore(tmp_path, max_bytes=100, idle_seconds=10)
-    assert again.list() == []
+    assert again.entries() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"]

@@ -40,25 +40,41 @@ def test_iris_circuit_makes_only_upper_triangle_comparisons(iris_circuit, iris_m
     assert plan.n_pairs * per_pair + plan.n <= pbs <= plan.n_pairs * per_pair + plan.n + 16 * plan.n_classes
 
 
-@pytest.mark.slow
-def test_iris_real_encryption_equals_reference(iris_circuit, iris_model, iris_test_levels, tmp_path):
-    """Five held-out queries encrypted for real, through serialized bytes only."""
+def encrypted_answers(circuit, queries: np.ndarray, directory) -> list[int]:
+    """Real keys, encryption, evaluation and decryption, through serialized bytes only."""
     from petlab.crypto.deployment import load_server, save_server
 
-    save_server(iris_circuit, tmp_path / "server.zip")
-    server = load_server(tmp_path / "server.zip")
+    save_server(circuit, directory / "server.zip")
+    server = load_server(directory / "server.zip")
     try:
         client = KnnClient(client_specs_bytes(server))
         client.generate_keys()
         evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-        queries = iris_test_levels[:5]
-        answers = [
+        return [
             client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
             for q in queries
         ]
     finally:
         server.cleanup()
-    assert answers == classify(iris_model.plan, queries).tolist()
+
+
+@pytest.mark.slow
+def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model, iris_test_levels, tmp_path):
+    """The paper's setting, n = 40: a held-out query encrypted for real (about a minute on 2 cores,
+    plus 17 s of key generation). Agreement over many queries is the simulation's job, above; real
+    execution of more queries, at n = 10, is below."""
+    queries = iris_test_levels[5:6]
+    assert encrypted_answers(iris_circuit, queries, tmp_path) == classify(iris_model.plan, queries).tolist()
+
+
+@pytest.mark.slow
+def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path):
+    """Five more held-out queries encrypted for real, on the same pipeline at n = 10."""
+    train, test = iris_split
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=10, k=3, bits=4))
+    circuit = compile_circuit(model.plan, CircuitConfig())
+    queries = model.quantizer.transform(test.features[:5])
+    assert encrypted_answers(circuit, queries, tmp_path) == classify(model.plan, queries).tolist()
 
 
 @pytest.mark.parametrize("n", [2, 3, 10])

@@ -57,3 +57,20 @@ def test_from_dict_rejects_inconsistent_bounds():
         MinMaxQuantizer.from_dict({"bits": 4, "lows": [1.0], "highs": [0.0]})
     with pytest.raises(ValueError):
         MinMaxQuantizer.from_dict({"bits": 4, "lows": [1.0]})
+
+
+def test_both_clients_read_the_quantizer_from_model_info_and_validate_it():
+    from petlab.client.knn_client import quantizer_of
+    from petlab.protos import knn_pb2
+
+    fitted = MinMaxQuantizer.fit(np.array([[0.0, 1.0], [2.0, 5.0]]), bits=4)
+    info = knn_pb2.ModelInfo(bits=4, feature_lows=fitted.lows, feature_highs=fitted.highs)
+    assert quantizer_of(info) == fitted
+    for bad in (
+        knn_pb2.ModelInfo(bits=0, feature_lows=[0.0], feature_highs=[1.0]),
+        knn_pb2.ModelInfo(bits=4, feature_lows=[0.0, 1.0], feature_highs=[1.0]),
+        knn_pb2.ModelInfo(bits=4, feature_lows=[2.0], feature_highs=[1.0]),
+        knn_pb2.ModelInfo(bits=4, feature_lows=[float("nan")], feature_highs=[1.0]),
+    ):
+        with pytest.raises(ValueError):
+            quantizer_of(bad)

@@ -21,14 +21,13 @@ from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.crypto.knn_model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.datasets import load_csv
-from petlab.server.main import ServerOptions, load_models, parse_args, start
+from petlab.server.main import parse_args
 
 
 @pytest.fixture(scope="module")
-def hosted(tmp_path_factory):
-    """One small compiled model shared by every server this module starts."""
-    data_dir = tmp_path_factory.mktemp("ops")
-    return load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=KnnSettings(n=6, k=3)))
+def hosted(hosted_model):
+    """One small compiled model (the session's, shared with test_grpc) for every server here."""
+    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
 
 
 def make_cert(common_name: str, issuer_key=None, issuer_name=None, is_ca=False):
@@ -64,24 +63,21 @@ def write_pem(directory: Path, name: str, key, certificate) -> tuple[Path, Path]
     return key_path, cert_path
 
 
-def test_mutual_tls(hosted, tmp_path):
+def test_mutual_tls(serve, hosted, tmp_path):
     ca_key, ca_cert = make_cert("petlab test CA", is_ca=True)
     _, ca_path = write_pem(tmp_path, "ca", ca_key, ca_cert)
     server_key, server_cert = make_cert("localhost", ca_key, ca_cert.subject)
     server_key_path, server_cert_path = write_pem(tmp_path, "server", server_key, server_cert)
     client_key, client_cert = make_cert("device-1", ca_key, ca_cert.subject)
     client_key_path, client_cert_path = write_pem(tmp_path, "client", client_key, client_cert)
-    options = ServerOptions(
-        data_dir=tmp_path / "data",
-        models=["iris"],
+    with serve(
+        tmp_path / "data",
+        hosted,
         host="localhost",
-        port=0,
         tls_cert=server_cert_path,
         tls_key=server_key_path,
         tls_client_ca=ca_path,
-    )
-    running = start(options, hosted=hosted)
-    try:
+    ) as running:
         with make_channel(f"localhost:{running.port}", ca_path, client_cert_path, client_key_path) as channel:
             models = knn_pb2_grpc.KnnServiceStub(channel).ListModels(knn_pb2.ListModelsRequest(), timeout=10)
             assert [m.name for m in models.models] == ["iris"]
@@ -92,52 +88,53 @@ def test_mutual_tls(hosted, tmp_path):
             knn_pb2_grpc.KnnServiceStub(no_client_cert).ListModels(knn_pb2.ListModelsRequest(), timeout=10)
         with make_channel(f"localhost:{running.port}") as plaintext, pytest.raises(grpc.RpcError):
             knn_pb2_grpc.KnnServiceStub(plaintext).ListModels(knn_pb2.ListModelsRequest(), timeout=5)
-    finally:
-        running.stop(grace=1)
 
 
-def test_deadline_and_graceful_shutdown(hosted, tmp_path, caplog):
-    running = start(ServerOptions(data_dir=tmp_path, models=["iris"], port=0), hosted=hosted)
-    channel = make_channel(f"127.0.0.1:{running.port}")
-    remote = KnnRemote(channel, "ops", tmp_path / "client", timeout=300, show_progress=False)
-    prepared = remote.prepare("iris")
-    stub = knn_pb2_grpc.KnnServiceStub(channel)
-    query = prepared.client.encrypt(np.zeros(4, dtype=np.int64))
-    request = knn_pb2.ClassifyRequest(model="iris", key_id=prepared.key_id, encrypted_query=query)
-    with pytest.raises(grpc.RpcError) as failure:
-        stub.Classify(request, timeout=0.001)
-    assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+@pytest.mark.slow
+def test_deadline_and_graceful_shutdown(serve, hosted, tmp_path, caplog):
+    with serve(tmp_path, hosted) as running:  # the test stops it itself, below
+        channel = make_channel(f"127.0.0.1:{running.port}")
+        remote = KnnRemote(channel, "ops", tmp_path / "client", timeout=300, show_progress=False)
+        prepared = remote.prepare("iris")
+        stub = knn_pb2_grpc.KnnServiceStub(channel)
+        query = prepared.client.encrypt(np.zeros(4, dtype=np.int64))
+        request = knn_pb2.ClassifyRequest(model="iris", key_id=prepared.key_id, encrypted_query=query)
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Classify(request, timeout=0.001)
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
-    caplog.set_level(logging.INFO, logger="petlab.calls")
-    outcome = {}
-    batch = knn_pb2.ClassifyBatchRequest(model="iris", key_id=prepared.key_id, encrypted_queries=[query] * 12)
+        caplog.set_level(logging.INFO, logger="petlab.calls")
+        outcome = {}
+        batch = knn_pb2.ClassifyBatchRequest(
+            model="iris", key_id=prepared.key_id, encrypted_queries=[query] * 6
+        )
 
-    def in_flight():  # twelve evaluations: seconds of work, so the call is surely running below
-        outcome["reply"] = stub.ClassifyBatch(batch, timeout=300)
+        def in_flight():  # six evaluations: seconds of work, so the call is surely running below
+            outcome["reply"] = stub.ClassifyBatch(batch, timeout=300)
 
-    worker = threading.Thread(target=in_flight)
-    worker.start()
-    time.sleep(0.5)
-    stopper = threading.Thread(target=running.stop, kwargs={"grace": 120})
-    stopper.start()
-    time.sleep(0.2)
-    health = health_pb2_grpc.HealthStub(channel)
-    try:  # NOT_SERVING first, then no new calls at all
-        status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
-    except grpc.RpcError:
-        status = None
-    assert status in (None, health_pb2.HealthCheckResponse.NOT_SERVING)
-    assert worker.is_alive()  # still draining the in-flight batch
-    worker.join(timeout=300)
-    stopper.join(timeout=300)
-    answers = [prepared.client.decrypt_class(r) for r in outcome["reply"].encrypted_classes]
-    assert len(answers) == 12 and len(set(answers)) == 1
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "petlab.calls"]
-    batch_lines = [line for line in lines if line["method"] == "ClassifyBatch"]
-    assert [line["status"] for line in batch_lines] == ["OK"]
-    assert batch_lines[0]["model"] == "iris" and batch_lines[0]["bytes_in"] == batch.ByteSize()
-    assert batch_lines[0]["bytes_out"] == outcome["reply"].ByteSize() and batch_lines[0]["latency_ms"] > 0
-    channel.close()
+        worker = threading.Thread(target=in_flight)
+        worker.start()
+        time.sleep(0.5)
+        stopper = threading.Thread(target=running.stop, kwargs={"grace": 120})
+        stopper.start()
+        time.sleep(0.2)
+        health = health_pb2_grpc.HealthStub(channel)
+        try:  # NOT_SERVING first, then no new calls at all
+            status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
+        except grpc.RpcError:
+            status = None
+        assert status in (None, health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert worker.is_alive()  # still draining the in-flight batch
+        worker.join(timeout=300)
+        stopper.join(timeout=300)
+        answers = [prepared.client.decrypt_class(r) for r in outcome["reply"].encrypted_classes]
+        assert len(answers) == 6 and len(set(answers)) == 1
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "petlab.calls"]
+        batch_lines = [line for line in lines if line["method"] == "ClassifyBatch"]
+        assert [line["status"] for line in batch_lines] == ["OK"]
+        assert batch_lines[0]["model"] == "iris" and batch_lines[0]["bytes_in"] == batch.ByteSize()
+        assert batch_lines[0]["bytes_out"] == outcome["reply"].ByteSize() and batch_lines[0]["latency_ms"] > 0
+        channel.close()
 
 
 def test_flags_come_from_the_environment(monkeypatch, tmp_path):
@@ -148,8 +145,15 @@ def test_flags_come_from_the_environment(monkeypatch, tmp_path):
     options, _ = parse_args(["serve"])
     assert (options.port, options.models, options.data_dir) == (6001, ["iris", "wine"], tmp_path)
     assert options.key_cap_bytes == 10 << 20
+    assert not options.allow_insecure
     options, _ = parse_args(["serve", "--port", "7000", "--model", "digits"])
     assert (options.port, options.models) == (7000, ["digits"])
+    for value, expected in (("1", True), ("YES", True), ("true", True), ("0", False), ("no", False)):
+        monkeypatch.setenv("PETLAB_ALLOW_INSECURE", value)
+        assert parse_args(["serve"])[0].allow_insecure is expected
+    monkeypatch.setenv("PETLAB_ALLOW_INSECURE", "maybe")
+    with pytest.raises(SystemExit, match="PETLAB_ALLOW_INSECURE"):
+        parse_args(["serve"])
 
 
 def test_csv_training_data(tmp_path):

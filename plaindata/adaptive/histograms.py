@@ -213,7 +213,7 @@ def direct_synthesis(
     scale = (max_depth + 1) / epsilon
     total = int(max(0, round(float(noise.laplace(np.array([float(len(prepared))]), scale)[0]))))
     # frontier: (path, allocated count, record indices)
-    frontier = [((), total, np.arange(len(prepared)))]
+    frontier: list[tuple[tuple[int, ...], int, np.ndarray]] = [((), total, np.arange(len(prepared)))]
     out: list = []
     for level in range(max_depth + 1):
         splitting = []
