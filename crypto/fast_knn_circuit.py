@@ -5,7 +5,7 @@ Circuit-specific choices:
 
 - Per-feature costs: the query levels are repeated once per (feature, distinct value) by a clear
   0/1 matrix product, then one *multi-table* ``fhe.LookupTable`` applies each lookup's own table.
-- Compare-exchange: ``low = b + m(a - b)``, ``m(t) = min(t, 0)``; ``high = a + b - low``.
+- Compare-exchange: ``low = b + m(a - b)``, ``high = a - m(a - b)``, ``m(t) = min(t, 0)``.
 - ``fhe.hint`` pins every distance and difference to ``compare_bits`` (signed), so no query,
   however unusual, can overflow a value the input set did not reach.
 - Vote comparison: exact ``fhe.truncate_bit_pattern`` down to ``sign_bits`` then ``< 0`` (as the
@@ -39,9 +39,9 @@ def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
     wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
 
     def exchange(a, b):
-        t = fhe.hint(a - b, bit_width=width)
-        low = fhe.hint(b + negative_part(t), bit_width=width)
-        return low, fhe.hint(a + b - low, bit_width=width)
+        m = negative_part(fhe.hint(a - b, bit_width=width))
+        # a - m rather than a + b - low: each output adds one lookup's noise to one input's
+        return fhe.hint(b + m, bit_width=width), fhe.hint(a - m, bit_width=width)
 
     def knn(q):
         levels = q @ selector
