@@ -74,7 +74,7 @@ def choose_scale(d: int, bits: int, distance_bits: int) -> DistanceScale:
     distance_max = (1 << distance_bits) - 1
     cap = max(1, min(distance_max // d, 7))
     saturation = max(1.0, SATURATION_FRACTION * (1 << bits))
-    scale = max(1, int(round(saturation**2 / (cap + 1))))
+    scale = max(1, round(saturation**2 / (cap + 1)))
     return DistanceScale(scale=scale, cap=cap, raw_max=d * cap, distance_max=min(distance_max, d * cap))
 
 

@@ -14,8 +14,8 @@ This module does that and then improves on it, deterministically for a given see
 
 The score of a subset is the accuracy of the same quantized k-NN the circuit computes (by default
 the paper's, ties broken as in ``crypto.knn_plan``; ``classifier`` gives another, e.g. the fast
-rule of ``crypto.fast_knn_reference``) over the whole quantized training set. Since step 3 starts from step 1's subset
-and never lowers the score, the result scores at least as well as the paper's best-of-R.
+rule of ``crypto.fast_knn_reference``) over the whole quantized training set. Since step 3 starts
+from step 1's subset and never lowers the score, the result scores at least as well as the paper's best-of-R.
 """
 
 from __future__ import annotations
