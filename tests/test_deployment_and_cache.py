@@ -12,9 +12,9 @@ from petlab.crypto.deployment import (
     parse_evaluation_keys,
     run_encrypted,
 )
+from petlab.crypto.knn_algorithms import build_any_plan
 from petlab.crypto.knn_circuit import CircuitConfig
 from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.knn_plan import build_plan
 from petlab.server.datasets import load_bundled
 
 
@@ -112,16 +112,28 @@ def test_cache_key_depends_on_data_and_configuration(tiny_model):
     plan = tiny_model.plan
     moved = plan.train.copy()
     moved[0, 0] = (moved[0, 0] + 1) % (plan.max_level + 1)  # one training level changed
-    other = replace(tiny_model, plan=build_plan(moved, plan.labels, plan.n_classes, plan.k, plan.bits))
+    algorithm = tiny_model.algorithm
+    other = replace(
+        tiny_model, plan=build_any_plan(algorithm, moved, plan.labels, plan.n_classes, plan.k, plan.bits)
+    )
     relabelled = replace(
         tiny_model,
-        plan=build_plan(plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits),
+        plan=build_any_plan(
+            algorithm, plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits
+        ),
     )
     base = tiny_model.cache_key(CircuitConfig())
     assert base == tiny_model.cache_key(CircuitConfig())
     assert base != tiny_model.cache_key(CircuitConfig(sign_bits=3))
     assert base != other.cache_key(CircuitConfig())
     assert base != relabelled.cache_key(CircuitConfig())
+    paper = replace(tiny_model, plan=build_any_plan("paper", *_plan_inputs(plan)))
+    assert paper.algorithm != tiny_model.algorithm
+    assert base != paper.cache_key(CircuitConfig())
+
+
+def _plan_inputs(plan):
+    return plan.train, plan.labels, plan.n_classes, plan.k, plan.bits
 
 
 def test_public_info_hides_n_k_and_training_data(tiny_model):
