@@ -67,6 +67,13 @@ class DistanceScale:
         return self.raw_max > self.distance_max
 
 
+def default_distance_bits(d: int) -> int:
+    """3 bits (4-bit comparisons) while every feature can still add a full unit (d <= 7), else 4
+    (5-bit comparisons). Public: it depends on d only. Measured on iris over six splits: 3 and
+    4 bits give the same accuracy (0.961 and 0.956, float k-NN 0.956); on wine, 3 bits lose 3 points."""
+    return 3 if d <= 7 else 4
+
+
 def choose_scale(d: int, bits: int, distance_bits: int) -> DistanceScale:
     """The largest cap that keeps ``d * cap`` within ``2^distance_bits - 1`` (at least 1, then a
     second coarsening lookup is needed), and ``scale = round(R^2 / (cap + 1))`` with R the level
@@ -144,11 +151,19 @@ class FastKnnPlan:
 
 
 def build_fast_plan(
-    train: np.ndarray, labels: np.ndarray, n_classes: int, k: int, bits: int, distance_bits: int = 4
+    train: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    k: int,
+    bits: int,
+    distance_bits: int | None = None,
 ) -> FastKnnPlan:
-    """Check the quantized training set and derive the fast circuit's clear constants."""
+    """Check the quantized training set and derive the fast circuit's clear constants
+    (``distance_bits`` defaults to :func:`default_distance_bits`)."""
     from petlab.crypto.knn_plan import build_plan
 
+    if distance_bits is None:
+        distance_bits = default_distance_bits(np.shape(train)[1] if np.ndim(train) == 2 else 0)
     if not 2 <= distance_bits <= 5:
         raise ValueError(f"distance_bits must be between 2 and 5, got {distance_bits}")
     checked = build_plan(train, labels, n_classes, k, bits)  # the paper plan's input validation

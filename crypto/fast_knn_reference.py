@@ -88,14 +88,16 @@ def classify_by_sorting(
     n_classes: int,
     queries: np.ndarray,
     bits: int,
-    distance_bits: int = 4,
+    distance_bits: int | None = None,
 ) -> np.ndarray:
     """The fast rule by brute force: coarse distances by direct table indexing, D_k by a sort,
     all points with d <= D_k vote, the first class with the most votes (numpy's argmax)."""
-    from petlab.crypto.fast_knn_plan import choose_scale
+    from petlab.crypto.fast_knn_plan import choose_scale, default_distance_bits
 
     train = np.asarray(train, dtype=np.int64)
     q = np.atleast_2d(np.asarray(queries, dtype=np.int64))
+    if distance_bits is None:
+        distance_bits = default_distance_bits(train.shape[1])
     scale = choose_scale(train.shape[1], bits, distance_bits)
     raw = feature_cost_table(bits, scale)[q[:, None, :], train[None, :, :]].sum(axis=-1)
     dist = coarsen_table(scale)[raw] if scale.coarsened else raw

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from petlab.crypto.knn_algorithms import ALGORITHMS
 from petlab.crypto.knn_circuit import CircuitConfig
 from petlab.crypto.knn_model import KnnSettings
 
@@ -35,13 +36,26 @@ def main(argv: list[str] | None = None) -> int:
         help="compile cache (default $PETLAB_CACHE_DIR or ~/.cache/petlab/models)",
     )
 
-    bench = commands.add_parser("knn-bench", help="HE-kNN-V cost figures against n, as CSV")
+    bench = commands.add_parser(
+        "knn-bench", help="encrypted k-NN cost figures against n, both algorithms, as CSV + Markdown"
+    )
+    bench.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=["fast", "paper"])
     bench.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
+    bench.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
     bench.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
     bench.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
     bench.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
-    bench.add_argument("--global-p-error", type=float, default=CircuitConfig.global_p_error)
+    bench.add_argument(
+        "--global-p-error", type=float, default=None, help="default: per algorithm (knn_algorithms)"
+    )
     bench.add_argument("--strategy", choices=["multi", "mono"], default="multi")
+
+    accuracy = commands.add_parser(
+        "knn-accuracy", help="fast vs paper vs float k-NN accuracy at n = 40 on the four data sets"
+    )
+    accuracy.add_argument("--n", type=int, default=40)
+    accuracy.add_argument("--k", type=int, default=3)
+    accuracy.add_argument("--out", type=Path, default=Path("results/knn_accuracy.csv"))
 
     synth = commands.add_parser("onthemap-bench", help="OnTheMap release at state scale: time and memory")
     synth.add_argument("--workers", type=int, default=1_500_000, help="workers (~ O/D pairs; default 1.5M)")
@@ -87,12 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "knn-bench":
         from petlab.experiments.knn_bench import run_bench
 
-        config = CircuitConfig(
-            sign_bits=args.sign_bits,
-            global_p_error=args.global_p_error,
-            parameter_selection_strategy=args.strategy,
+        custom = args.global_p_error is not None or args.strategy != "multi" or args.sign_bits != 4
+        config = (
+            CircuitConfig(
+                sign_bits=args.sign_bits,
+                global_p_error=args.global_p_error or CircuitConfig.global_p_error,
+                parameter_selection_strategy=args.strategy,
+            )
+            if custom
+            else None
         )
-        return run_bench(args.n, args.queries, args.out, config)
+        return run_bench(args.n, args.queries, args.out, args.algorithm, config, args.paper_max_n)
+    if args.command == "knn-accuracy":
+        from petlab.experiments.knn_accuracy import run_accuracy
+
+        return run_accuracy(args.n, args.k, args.out)
     if args.command == "onthemap-bench":
         from petlab.experiments.onthemap_bench import run_bench
 
