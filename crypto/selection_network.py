@@ -6,8 +6,9 @@ selection of KU Leuven COSIC's ppknn): the n values are padded to a multiple of 
 smaller than any of them, split into G = n_padded / k groups laid out as k *rows* of G columns
 (row r holds the r-th member of every group), each column sorted by odd-even transposition, then
 columns are merged pairwise keeping the k smallest. Merging two ascending columns a and b:
-``c_i = min(a_i, b_{k-1-i})`` gives the k smallest of the union as a bitonic sequence, which is
-then sorted again; at the final merge only ``max_i c_i`` is needed, which is the k-th smallest.
+``c_i = min(a_i, b_{k-1-i})`` gives the k smallest of the union as an up-down (bitonic) sequence,
+which is then sorted by :func:`unimodal_layers`; at the final merge only ``max_i c_i`` is needed,
+which is the k-th smallest.
 
 Every comparator layer is a single call of ``exchange(a, b) -> (lo, hi)`` or ``minimum(a, b)`` on
 the concatenation of all the comparators' operands, so the circuit evaluates a layer as one tensor
@@ -50,6 +51,28 @@ def sort_rows(rows: list, exchange: Exchange) -> list:
     return rows
 
 
+def unimodal_layers(k: int) -> list[list[tuple[int, int]]]:
+    """Comparator layers that sort any *up-down* sequence of length k (increasing, then
+    decreasing), such as ``c_i = min(a_i, b_{k-1-i})`` of two ascending columns: the bitonic
+    merger (k/2 log2 k comparators) for k a power of two; for k = 3, (0, 2) puts the minimum,
+    which sits at an end, first, then (1, 2); otherwise odd-even transposition (k(k-1)/2)."""
+    if k >= 2 and k & (k - 1) == 0:
+        layers, span = [], k // 2
+        while span:
+            layers.append([(i, i + span) for i in range(k) if i % (2 * span) < span])
+            span //= 2
+        return layers
+    if k == 3:
+        return [[(0, 2)], [(1, 2)]]
+    return [[(i, i + 1) for i in range(layer % 2, k - 1, 2)] for layer in range(k)]
+
+
+def sort_unimodal(rows: list, exchange: Exchange) -> list:
+    for pairs in unimodal_layers(len(rows)):
+        rows = _layer(rows, pairs, exchange)
+    return rows
+
+
 def kth_smallest(values, k: int, pad: Callable[[int], object], exchange: Exchange, minimum: Minimum, maximum):
     """The k-th smallest of ``values`` along axis 0 (with multiplicity).
 
@@ -72,7 +95,7 @@ def kth_smallest(values, k: int, pad: Callable[[int], object], exchange: Exchang
         rows_c = [merged[i * half : (i + 1) * half] for i in range(k)]
         if groups == 2:
             return _max_of_rows(rows_c, maximum)
-        rows_c = sort_rows(rows_c, exchange)
+        rows_c = sort_unimodal(rows_c, exchange)
         if odd:
             rows_c = [_cat([row_c, row[2 * half :]]) for row_c, row in zip(rows_c, rows, strict=True)]
         rows, groups = rows_c, half + odd
@@ -91,10 +114,10 @@ def _max_of_rows(rows: list, maximum) -> object:
 def comparator_count(n: int, k: int) -> int:
     """Comparators (= lookups in the circuit) that :func:`kth_smallest` uses."""
     groups = -(-n // k)
-    sort_cost = k * (k - 1) // 2
-    total = groups * sort_cost
+    total = groups * (k * (k - 1) // 2)
+    unimodal_cost = sum(len(layer) for layer in unimodal_layers(k))
     while groups > 1:
         half, odd = groups // 2, groups % 2
-        total += half * k + ((k - 1) if groups == 2 else half * sort_cost)
+        total += half * k + ((k - 1) if groups == 2 else half * unimodal_cost)
         groups = half + odd
     return total

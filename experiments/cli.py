@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--global-p-error", type=float, default=None, help="default: per algorithm (knn_algorithms)"
     )
-    bench.add_argument("--strategy", choices=["multi", "mono"], default="multi")
+    bench.add_argument(
+        "--strategy", choices=["multi", "mono"], default=None, help="default: per algorithm (knn_algorithms)"
+    )
 
     accuracy = commands.add_parser(
         "knn-accuracy", help="fast vs paper vs float k-NN accuracy at n = 40 on the four data sets"
@@ -101,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "knn-bench":
         from petlab.experiments.knn_bench import run_bench
 
-        custom = args.global_p_error is not None or args.strategy != "multi" or args.sign_bits != 4
+        custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
         config = (
             CircuitConfig(
                 sign_bits=args.sign_bits,
                 global_p_error=args.global_p_error or CircuitConfig.global_p_error,
-                parameter_selection_strategy=args.strategy,
+                parameter_selection_strategy=args.strategy or "multi",
             )
             if custom
             else None

@@ -1,7 +1,8 @@
 """Encrypted k-NN cost figures on Iris against n, for both circuit families in the same run.
 
 For each (algorithm, n): PBS count, compile and key-generation time, evaluation-key bytes
-(compressed as sent; raw = concrete's bootstrap + key-switch key sizes), bytes up (one encrypted
+(compressed as sent; raw = concrete's ``size_of_bootstrap_keys + size_of_keyswitch_keys``, the
+uncompressed key material the server holds), bytes up (one encrypted
 query) and down (one encrypted class), the key preparation a registration pays (the warm-up
 query, ``server.key_warmup``), the latency of a first query *without* that preparation (what every
 client paid before), the first query after it and the steady-state median, the clear reference's
@@ -130,7 +131,7 @@ def bench_one(
         "first_query_s": round(latencies[0], 3),
         "server_median_s": round(float(np.median(steady)), 3),
         "server_p90_s": round(float(np.percentile(steady, 90)), 3),
-        "clear_median_s": float(np.median(clear_times)),
+        "clear_median_s": round(float(np.median(clear_times)), 6),
         "queries": len(levels),
         "encrypted_equals_clear": answers == classify_clear(model.plan, levels).tolist(),
         "cpu": cpu_model(),
