@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
     local.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
     local.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    local.add_argument("--algorithm", choices=ALGORITHMS, default="fast", help="circuit (default fast)")
     local.add_argument(
         "--cache-dir",
         type=Path,
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "local-demo":
         from petlab.experiments.local_demo import run_demo
 
-        return run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
+        return run_demo(args.rows, KnnSettings(n=args.n, k=args.k, algorithm=args.algorithm), args.cache_dir)
     if args.command == "knn-bench":
         from petlab.experiments.knn_bench import run_bench
 
