@@ -82,6 +82,7 @@ class RunningServer:
     hosted: dict[str, HostedModel]
     _expiry_stop: threading.Event
     sessions: SessionStore | None = None
+    prepared_keys: int = 0  # stored evaluation key sets prepared at start (server.key_warmup)
 
     def stop(self, grace: float = 10.0) -> None:
         """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
@@ -188,7 +189,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
                 log.info("evaluation key %s expired", key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions)
+    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions, prepared)
 
 
 def load_analysis_data(path: Path) -> pd.DataFrame:

@@ -125,6 +125,7 @@ def test_restart_keeps_registered_keys(data_dir, remote, iris_prepared, running,
             assert prepared.key_id == key_id
             assert again.classify(prepared, held_out[5]) == reference(restarted, "iris", held_out[5:6])[0]
             assert "RegisterKeys" not in [s.method for s in again.stats]
+            assert restarted.prepared_keys >= 1  # stored keys prepared before the port opened
     finally:
         restarted.stop(grace=1)
 
@@ -240,6 +241,39 @@ def test_bad_key_uploads(channel, running):
     assert {k.key_id for k in running.keys.list()} == before
     assert not list(running.keys.directory.glob(".upload-*"))
     assert_serving(channel)
+
+
+def test_keys_are_prepared_at_registration(channel, running, data_dir, iris_prepared):
+    """The client's warm-up query was evaluated at registration and kept owner-only for restarts;
+    a warm-up query that does not fit rejects the upload, and only the first chunk may carry one."""
+    warmup = data_dir / "warmup" / f"{iris_prepared.key_id}.ct"
+    assert warmup.is_file() and warmup.stat().st_mode & 0o777 == 0o600
+    assert (warmup.parent.stat().st_mode & 0o777) == 0o700
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    before = {k.key_id for k in running.keys.list()}
+    data = iris_prepared.client.evaluation_keys_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+
+    def upload(**first):
+        return iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data, **first)])
+
+    bad = upload(warmup_query=b"x" * 64)
+    assert "warm-up" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, bad)
+    half = len(data) // 2
+    late = iter(
+        [
+            knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:half]),
+            knn_pb2.KeyChunk(data=data[half:], warmup_query=b"x"),
+        ]
+    )
+    assert "first chunk" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, late)
+    assert {k.key_id for k in running.keys.list()} == before
+    assert_serving(channel)
+
+
+def test_models_say_which_algorithm_runs(remote, running):
+    algorithms = {m.name: m.algorithm for m in remote.models()}
+    assert algorithms == {"iris": "fast", "wine": "fast"}
 
 
 def test_concurrent_clients_are_all_correct(running, remote, iris_prepared, held_out):
