@@ -254,18 +254,17 @@ def test_keys_are_prepared_at_registration(channel, running, data_dir, iris_prep
     data = iris_prepared.client.evaluation_keys_bytes()
     digest = hashlib.sha256(data).hexdigest()
 
-    def upload(**first):
-        return iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data, **first)])
+    pieces = [data[i : i + (4 << 20)] for i in range(0, len(data), 4 << 20)]
 
-    bad = upload(warmup_query=b"x" * 64)
+    def upload(first: dict, later: dict):
+        yield knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=pieces[0], **first)
+        for piece in pieces[1:]:
+            yield knn_pb2.KeyChunk(data=piece, **later)
+
+    bad = upload({"warmup_query": b"x" * 64}, {})
     assert "warm-up" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, bad)
-    half = len(data) // 2
-    late = iter(
-        [
-            knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:half]),
-            knn_pb2.KeyChunk(data=data[half:], warmup_query=b"x"),
-        ]
-    )
+    assert len(pieces) > 1
+    late = upload({}, {"warmup_query": b"x"})
     assert "first chunk" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, late)
     assert {k.key_id for k in running.keys.list()} == before
     assert_serving(channel)
