@@ -88,7 +88,7 @@ def test_second_load_comes_from_cache(tiny_model, tiny_compiled, monkeypatch):
     def must_not_compile(*args, **kwargs):
         raise AssertionError("recompiled although the cache holds the artifact")
 
-    monkeypatch.setattr(model_cache, "compile_circuit", must_not_compile)
+    monkeypatch.setattr(model_cache, "compile_any", must_not_compile)
     again = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
     try:
         assert again.from_cache and again.statistics["pbs_count"] > 0
