@@ -15,14 +15,16 @@ equals ``crypto.fast_knn_reference`` on every query):
 2. If ``d * cap`` exceeds ``distance_max = 2^distance_bits - 1`` (high-d data), a second coarsening
    lookup per point maps raw_i to ``floor(raw_i * (distance_max + 1) / (d * cap + 1))``, which is
    monotone, so the ordering is kept up to merged levels. Its input has ``bit_length(d * cap)`` bits.
+   ``distance_bits`` is public too (:func:`default_distance_bits`: 3 for d <= 7, else 4).
 3. ``D_k``, the k-th smallest distance (with multiplicity), by an oblivious selection network:
    pad the n distances with ``distance_max`` to a multiple of k (exact: a padded value never
    lowers the k-th smallest, since every true distance is <= distance_max), sort groups of k
    (odd-even transposition, k(k-1)/2 comparators per group), then merge groups pairwise keeping
-   the k smallest: ``c_i = min(a_i, b_{k-1-i})`` (k comparators; the result is bitonic) and a sort
-   of c, except at the last merge, where ``D_k = max_i c_i`` (k - 1 comparators). One
-   compare-exchange is ONE lookup: ``min(a, b) = b + m(a - b)`` with ``m(t) = min(t, 0)``, and
-   ``max = a + b - min`` is free. Every layer is one tensor lookup (both cores).
+   the k smallest: ``c_i = min(a_i, b_{k-1-i})`` (k comparators; the result is up-down) and a
+   sort of c (``selection_network.unimodal_layers``), except at the last merge, where
+   ``D_k = max_i c_i`` (k - 1 comparators). One compare-exchange is ONE lookup:
+   ``min(a, b) = b + m(a - b)`` with ``m(t) = min(t, 0)``, and ``max = a - m(a - b)`` is free.
+   Every layer is one tensor lookup (both cores).
 4. Tie rule for distances: ``ind_i = [d_i <= D_k]`` (n lookups), i.e. every training point at the
    k-th distance votes, as R's ``class::knn`` with ``use.all = TRUE``; the vote may thus count
    more than k points. ``votes_c = sum_{i: label_i = c} ind_i`` is a clear matrix product.
@@ -32,13 +34,15 @@ equals ``crypto.fast_knn_reference`` on every query):
    ``fhe.truncate_bit_pattern`` (one small PBS per removed bit) and one ``sign_bits`` lookup; then
    ``win_c = [wins_c == C - 1]`` (C small lookups) and ``class = sum_c c * win_c`` (linear).
 
-Cost model (lookups per query, with G = ceil(n / k) groups):
+Cost model (lookups per query, with G = ceil(n / k) groups and S(k) comparators of the up-down
+sort, ``selection_network.unimodal_layers``: 2 for k = 3):
   L = sum_f #distinct(x_f) <= d * 2^bits lookups of ``bits``-bit inputs (step 1);
   n lookups of ``bit_length(d * cap)`` bits when d * cap > distance_max (step 2);
-  G * k(k-1)/2 + (G - 2) * (k + k(k-1)/2) + (2k - 1) lookups of distance_bits + 1 bits for G >= 2
-  (about 3n for k = 3; step 3), n of the same width (step 4);
+  about G * k(k-1)/2 + (G - 1) * (k + S(k)) lookups of distance_bits + 1 bits (step 3; exactly
+  ``selection_network.comparator_count(n, k)``, 107 for n = 40, k = 3), n of the same width (step 4);
   C(C-1)/2 * (vote_bits - sign_bits + 1) + C small lookups (step 5).
-Iris (d = 4, 4-bit levels, k = 3, C = 3) at n = 40: about 45 + 119 + 40 + 15 lookups of <= 5 bits.
+Iris (d = 4, 4-bit levels, k = 3, C = 3, distance_bits 3) at n = 40: 44 + 107 + 40 + 9 = 200
+lookups, all of at most 4 bits; growth in n is linear (427 network comparators at n = 160).
 """
 
 from __future__ import annotations
