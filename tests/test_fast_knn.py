@@ -16,7 +16,12 @@ from petlab.crypto.deployment import (
     save_server,
 )
 from petlab.crypto.fast_knn_circuit import compile_fast_circuit
-from petlab.crypto.fast_knn_plan import build_fast_plan, choose_scale, feature_cost_table
+from petlab.crypto.fast_knn_plan import (
+    build_fast_plan,
+    choose_scale,
+    default_distance_bits,
+    feature_cost_table,
+)
 from petlab.crypto.fast_knn_reference import classify, classify_by_sorting, trace
 from petlab.crypto.knn_algorithms import default_config
 from petlab.crypto.knn_model import KnnSettings, build_model
@@ -107,7 +112,7 @@ def test_distance_tables_are_public():
     rng = np.random.default_rng(0)
     first = build_fast_plan(rng.integers(0, 16, (20, 4)), np.arange(20) % 3, 3, 3, 4)
     second = build_fast_plan(rng.integers(0, 16, (20, 4)), np.arange(20) % 2, 2, 3, 4)
-    assert first.scale == second.scale == choose_scale(4, 4, 4)
+    assert first.scale == second.scale == choose_scale(4, 4, default_distance_bits(4))
     table = feature_cost_table(4, first.scale)
     assert np.array_equal(table, table.T) and table.max() == first.scale.cap
     assert np.all(np.diff(table[0]) >= 0)  # g grows with |q - v|
