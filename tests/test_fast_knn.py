@@ -211,3 +211,28 @@ def test_iris_real_encryption_equals_reference(
     finally:
         server.cleanup()
     assert answers == classify(iris_fast_model.plan, queries).tolist()
+
+
+def test_server_algorithm_flag_and_environment(monkeypatch):
+    from petlab.server.main import parse_args
+
+    options, _ = parse_args(["serve", "--model", "iris"])
+    assert options.settings.algorithm == "fast"
+    monkeypatch.setenv("PETLAB_ALGORITHM", "paper")
+    options, _ = parse_args(["serve", "--model", "iris"])
+    assert options.settings.algorithm == "paper"
+    options, _ = parse_args(["serve", "--model", "iris", "--algorithm", "fast"])
+    assert options.settings.algorithm == "fast"
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--model", "iris", "--algorithm", "quick"])
+
+
+def test_cache_key_names_the_algorithm(iris_split):
+    train, _ = iris_split
+    keys = {
+        algorithm: build_model(
+            "iris", train.features, train.labels, KnnSettings(n=6, algorithm=algorithm)
+        ).cache_key(default_config(algorithm))
+        for algorithm in ("fast", "paper")
+    }
+    assert keys["fast"] != keys["paper"]
