@@ -173,17 +173,18 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     def _warm_up(self, key_id: str, hosted: HostedModel, keys, ciphertext: bytes, context) -> None:
         """Prepare freshly registered keys now (``server.key_warmup``); a warm-up query that does
         not fit rejects the registration, since it was made with the same keys."""
-        if len(ciphertext) > MAX_QUERY_BYTES:
-            self._keys.forget(key_id)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
-        try:
-            with hosted.lock:
-                prepare_keys(hosted.server, keys, ciphertext)
-        except ValueError as exc:
+        problem = "" if len(ciphertext) <= MAX_QUERY_BYTES else "the warm-up query is too large"
+        if not problem:
+            try:
+                with hosted.lock:
+                    prepare_keys(hosted.server, keys, ciphertext)
+            except ValueError as exc:
+                problem = f"the warm-up query does not fit: {exc}"
+        if problem:
             self._keys.forget(key_id)
             with self._key_cache_lock:
                 self._key_cache.pop(key_id, None)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         if self._warmups is not None:
             self._warmups.put(key_id, ciphertext)
 
