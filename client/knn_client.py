@@ -107,6 +107,7 @@ class KnnRemote:
         )
 
         sent = 0
+        warmup = prepared.client.encrypt(np.zeros(prepared.info.d, dtype=np.int64))
 
         def chunks() -> Iterator[knn_pb2.KeyChunk]:
             nonlocal sent
@@ -114,7 +115,11 @@ class KnnRemote:
                 piece = data[offset : offset + CHUNK_BYTES]
                 if offset == 0:
                     message = knn_pb2.KeyChunk(
-                        model=prepared.info.name, total_size=len(data), sha256=digest, data=piece
+                        model=prepared.info.name,
+                        total_size=len(data),
+                        sha256=digest,
+                        data=piece,
+                        warmup_query=warmup,  # lets the server prepare the keys now (key_warmup)
                     )
                 else:
                     message = knn_pb2.KeyChunk(data=piece)

@@ -108,7 +108,10 @@ def run(args, channel) -> int:
             .ListModels(knn_pb2.ListModelsRequest(), timeout=args.timeout)
             .models
         ):
-            print(f"{info.name}: d={info.d}, {info.bits} bits, classes {', '.join(info.class_names)}")
+            print(
+                f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
+                f"classes {', '.join(info.class_names)}"
+            )
         return 0
     remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
     if args.command == "classify":

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from concrete import fhe
-from petlab.crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
+from petlab.crypto.knn_plan import KnnPlan, QueryDomain, class_from_best_score, vote_scores
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def circuit_function(plan: KnnPlan, config: CircuitConfig) -> Callable:
     return knn
 
 
-def compile_inputset(plan: KnnPlan, seed: int = 0, random_queries: int = 64) -> list[np.ndarray]:
+def compile_inputset(plan: QueryDomain, seed: int = 0, random_queries: int = 64) -> list[np.ndarray]:
     """Queries that drive compilation: the training points, seeded random points and, for small d,
     every corner of the query box. Bit widths do not depend on it (see ``fhe.hint`` above)."""
     rng = np.random.default_rng(seed)

@@ -1,8 +1,9 @@
 """A data owner's k-NN model: quantizer, selected training points and the circuit's plan.
 
 Pipeline (Ameur et al., PSD 2022, Section 4.1): fit the per-feature scale on the training set
-(``crypto.quantization``), quantize it, keep n representative points (``crypto.selection``), derive
-the circuit constants (``crypto.knn_plan``). :meth:`KnnModel.public_info` is what a client may see:
+(``crypto.quantization``), quantize it, keep n representative points (``crypto.selection``, scored
+with the rule the chosen circuit computes), derive the circuit constants (``crypto.fast_knn_plan``
+or the paper's ``crypto.knn_plan``). :meth:`KnnModel.public_info` is what a client may see:
 name, d, bits, class and feature names, and the quantizer's bounds it needs to quantize its query;
 never n, k or the training data.
 """
@@ -16,25 +17,34 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
+from petlab.crypto.knn_algorithms import (
+    Plan,
+    algorithm_of,
+    build_any_plan,
+    check_algorithm,
+    selection_classifier,
+)
 from petlab.crypto.knn_circuit import CircuitConfig
-from petlab.crypto.knn_plan import KnnPlan, build_plan
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.crypto.selection import Selection, select_training_points
 
 # Bump when the circuit's construction changes, so cached compilations are not reused.
-CIRCUIT_FORMAT_VERSION = 1
+CIRCUIT_FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
 class KnnSettings:
-    """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed."""
+    """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
+    the circuit family (``"fast"``, the default, or the paper's ``"paper"``; ``crypto.knn_algorithms``)."""
 
     n: int = 40
     k: int = 3
     bits: int = 4
     seed: int = 0
+    algorithm: str = "fast"
 
     def __post_init__(self) -> None:
+        check_algorithm(self.algorithm)
         if self.n < 2:
             raise ValueError(f"n must be at least 2, got {self.n}")
         if not 1 <= self.k <= self.n:
@@ -45,7 +55,7 @@ class KnnSettings:
 class KnnModel:
     name: str
     quantizer: MinMaxQuantizer
-    plan: KnnPlan
+    plan: Plan
     class_names: tuple[str, ...]
     feature_names: tuple[str, ...]
     selection: Selection
@@ -53,6 +63,10 @@ class KnnModel:
     @property
     def d(self) -> int:
         return self.plan.d
+
+    @property
+    def algorithm(self) -> str:
+        return algorithm_of(self.plan)
 
     def public_info(self) -> dict:
         return {
@@ -75,6 +89,7 @@ class KnnModel:
             "k": self.plan.k,
             "bits": self.plan.bits,
             "n_classes": self.plan.n_classes,
+            "algorithm": self.algorithm,
             "config": config.to_dict(),
             "concrete": version("concrete-python"),
             "format": CIRCUIT_FORMAT_VERSION,
@@ -103,9 +118,22 @@ def build_model(
         raise ValueError("a classifier needs at least two classes; the training labels have one")
     quantizer = MinMaxQuantizer.fit(features, settings.bits)
     levels = quantizer.transform(features)
-    selection = select_training_points(levels, labels, settings.n, settings.k, n_classes, seed=settings.seed)
-    plan = build_plan(
-        levels[selection.indices], labels[selection.indices], n_classes, settings.k, settings.bits
+    selection = select_training_points(
+        levels,
+        labels,
+        settings.n,
+        settings.k,
+        n_classes,
+        seed=settings.seed,
+        classifier=selection_classifier(settings.algorithm, settings.bits),
+    )
+    plan = build_any_plan(
+        settings.algorithm,
+        levels[selection.indices],
+        labels[selection.indices],
+        n_classes,
+        settings.k,
+        settings.bits,
     )
     names = tuple(class_names) if class_names is not None else tuple(str(c) for c in range(n_classes))
     feature_names = (

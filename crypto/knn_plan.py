@@ -35,8 +35,22 @@ also uses); ``class = C - 1 - (max score mod C)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+
+
+class QueryDomain(Protocol):
+    """What query validation and compilation input sets need of a plan (either algorithm's)."""
+
+    @property
+    def train(self) -> np.ndarray: ...
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def max_level(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from petlab.crypto.knn_plan import KnnPlan, class_from_best_score, vote_scores
+from petlab.crypto.knn_plan import KnnPlan, QueryDomain, class_from_best_score, vote_scores
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ReferenceTrace:
     classes: np.ndarray  # (m,)
 
 
-def check_queries(plan: KnnPlan, queries: np.ndarray) -> np.ndarray:
+def check_queries(plan: QueryDomain, queries: np.ndarray) -> np.ndarray:
     """Validate quantized queries (1-D or 2-D) against the plan; returns a 2-D int64 array."""
     array = np.asarray(queries)
     if array.ndim == 1:

@@ -12,13 +12,15 @@ This module does that and then improves on it, deterministically for a given see
 3. Starting from the better of 1 and 2, *swap hill climbing*: ``swap_rounds`` seeded proposals that
    replace one chosen point with an unchosen one, kept when the score does not drop.
 
-The score of a subset is the accuracy of the same quantized k-NN (ties broken as in
-``crypto.knn_plan``) over the whole quantized training set. Since step 3 starts from step 1's subset
-and never lowers the score, the result scores at least as well as the paper's best-of-R.
+The score of a subset is the accuracy of the same quantized k-NN the circuit computes (by default
+the paper's, ties broken as in ``crypto.knn_plan``; ``classifier`` gives another, e.g. the fast
+rule of ``crypto.fast_knn_reference``) over the whole quantized training set. Since step 3 starts
+from step 1's subset and never lowers the score, the result scores at least as well as the paper's best-of-R.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,8 +35,19 @@ class Selection:
     random_baseline_score: float  # best of R random subsets (the paper's method)
 
 
-def subset_score(levels: np.ndarray, labels: np.ndarray, subset: np.ndarray, k: int, n_classes: int) -> float:
-    predicted = classify_by_sorting(levels[subset], labels[subset], k, n_classes, levels)
+# (train levels, train labels, k, n_classes, queries) -> predicted classes
+Classifier = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], np.ndarray]
+
+
+def subset_score(
+    levels: np.ndarray,
+    labels: np.ndarray,
+    subset: np.ndarray,
+    k: int,
+    n_classes: int,
+    classifier: Classifier = classify_by_sorting,
+) -> float:
+    predicted = classifier(levels[subset], labels[subset], k, n_classes, levels)
     return float(np.mean(predicted == labels))
 
 
@@ -46,6 +59,7 @@ def best_random_subset(
     n_classes: int,
     rng: np.random.Generator,
     rounds: int,
+    classifier: Classifier = classify_by_sorting,
 ) -> tuple[np.ndarray, float]:
     """The paper's method: the best of ``rounds`` uniformly random n-subsets."""
     if rounds < 1:
@@ -53,7 +67,7 @@ def best_random_subset(
     best, best_score = np.empty(0, dtype=int), -1.0
     for _ in range(rounds):
         subset = np.sort(rng.choice(len(levels), size=n, replace=False))
-        score = subset_score(levels, labels, subset, k, n_classes)
+        score = subset_score(levels, labels, subset, k, n_classes, classifier)
         if score > best_score:
             best, best_score = subset, score
     return best, best_score
@@ -99,6 +113,7 @@ def select_training_points(
     seed: int = 0,
     random_rounds: int = 100,
     swap_rounds: int = 400,
+    classifier: Classifier = classify_by_sorting,
 ) -> Selection:
     """Pick n representative points (module docstring). ``n`` at least the training size keeps all."""
     levels, labels = np.asarray(levels), np.asarray(labels)
@@ -109,13 +124,15 @@ def select_training_points(
         raise ValueError(f"k must be between 1 and n = {min(n, size)}, got {k}")
     if n >= size:
         everything = np.arange(size)
-        score = subset_score(levels, labels, everything, k, n_classes)
+        score = subset_score(levels, labels, everything, k, n_classes, classifier)
         return Selection(everything, score, score)
 
     rng = np.random.default_rng(seed)
-    random_best, random_score = best_random_subset(levels, labels, n, k, n_classes, rng, random_rounds)
+    random_best, random_score = best_random_subset(
+        levels, labels, n, k, n_classes, rng, random_rounds, classifier
+    )
     prototypes = class_prototypes(levels, labels, n, seed)
-    prototype_score = subset_score(levels, labels, prototypes, k, n_classes)
+    prototype_score = subset_score(levels, labels, prototypes, k, n_classes, classifier)
     current, current_score = (
         (prototypes, prototype_score) if prototype_score > random_score else (random_best, random_score)
     )
@@ -124,7 +141,7 @@ def select_training_points(
         candidate = current.copy()
         candidate[rng.integers(n)] = outside[rng.integers(len(outside))]
         candidate.sort()
-        score = subset_score(levels, labels, candidate, k, n_classes)
+        score = subset_score(levels, labels, candidate, k, n_classes, classifier)
         if score >= current_score:
             current, current_score = candidate, score
     return Selection(current, current_score, random_score)

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from petlab.crypto.knn_algorithms import ALGORITHMS
 from petlab.crypto.knn_circuit import CircuitConfig
 from petlab.crypto.knn_model import KnnSettings
 
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
     local.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
     local.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    local.add_argument("--algorithm", choices=ALGORITHMS, default="fast", help="circuit (default fast)")
     local.add_argument(
         "--cache-dir",
         type=Path,
@@ -35,13 +37,28 @@ def main(argv: list[str] | None = None) -> int:
         help="compile cache (default $PETLAB_CACHE_DIR or ~/.cache/petlab/models)",
     )
 
-    bench = commands.add_parser("knn-bench", help="HE-kNN-V cost figures against n, as CSV")
+    bench = commands.add_parser(
+        "knn-bench", help="encrypted k-NN cost figures against n, both algorithms, as CSV + Markdown"
+    )
+    bench.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=["fast", "paper"])
     bench.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
+    bench.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
     bench.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
     bench.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
     bench.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
-    bench.add_argument("--global-p-error", type=float, default=CircuitConfig.global_p_error)
-    bench.add_argument("--strategy", choices=["multi", "mono"], default="multi")
+    bench.add_argument(
+        "--global-p-error", type=float, default=None, help="default: per algorithm (knn_algorithms)"
+    )
+    bench.add_argument(
+        "--strategy", choices=["multi", "mono"], default=None, help="default: per algorithm (knn_algorithms)"
+    )
+
+    accuracy = commands.add_parser(
+        "knn-accuracy", help="fast vs paper vs float k-NN accuracy at n = 40 on the four data sets"
+    )
+    accuracy.add_argument("--n", type=int, default=40)
+    accuracy.add_argument("--k", type=int, default=3)
+    accuracy.add_argument("--out", type=Path, default=Path("results/knn_accuracy.csv"))
 
     synth = commands.add_parser("onthemap-bench", help="OnTheMap release at state scale: time and memory")
     synth.add_argument("--workers", type=int, default=1_500_000, help="workers (~ O/D pairs; default 1.5M)")
@@ -83,18 +100,27 @@ def main(argv: list[str] | None = None) -> int:
 
         return grpc_demo.run_demo(args.rows, args.data_dir)
     if args.command == "local-demo":
-        from petlab.experiments import local_demo
+        from petlab.experiments.local_demo import run_demo
 
-        return local_demo.run_demo(args.rows, KnnSettings(n=args.n, k=args.k), args.cache_dir)
+        return run_demo(args.rows, KnnSettings(n=args.n, k=args.k, algorithm=args.algorithm), args.cache_dir)
     if args.command == "knn-bench":
-        from petlab.experiments import knn_bench
+        from petlab.experiments.knn_bench import run_bench
 
-        circuit = CircuitConfig(
-            sign_bits=args.sign_bits,
-            global_p_error=args.global_p_error,
-            parameter_selection_strategy=args.strategy,
+        custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
+        config = (
+            CircuitConfig(
+                sign_bits=args.sign_bits,
+                global_p_error=args.global_p_error or CircuitConfig.global_p_error,
+                parameter_selection_strategy=args.strategy or "multi",
+            )
+            if custom
+            else None
         )
-        return knn_bench.run_bench(args.n, args.queries, args.out, circuit)
+        return run_bench(args.n, args.queries, args.out, args.algorithm, config, args.paper_max_n)
+    if args.command == "knn-accuracy":
+        from petlab.experiments.knn_accuracy import run_accuracy
+
+        return run_accuracy(args.n, args.k, args.out)
     if args.command == "onthemap-bench":
         from petlab.experiments import onthemap_bench
 
@@ -115,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as exc:
             print(f"petlab-experiments plausible-bench: {exc}", file=sys.stderr)
             return 2
-        config = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
-        return plausible_bench.run_bench(data, args.candidates, config, args.seed, args.out)
+        synthesis = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
+        return plausible_bench.run_bench(data, args.candidates, synthesis, args.seed, args.out)
     return 2
 
 

@@ -73,7 +73,7 @@ def summarise(stats: dict, truth: list[str]) -> dict:
     rows = stats["rows"]
     rounds = 2 if stats["protocol"] == "paillier-classify" else 1
     return {
-        "protocol": "HE-kNN-V (TFHE)" if stats["protocol"] == "classify" else "Paillier interactive",
+        "protocol": "encrypted k-NN (TFHE)" if stats["protocol"] == "classify" else "Paillier interactive",
         "accuracy": float(np.mean([a == b for a, b in zip(stats["classes"], truth, strict=True)])),
         "latency_s": sum(c["seconds"] for c in per_query) / rows,
         "up_bytes": sum(c["bytes_sent"] for c in per_query) / rows,

@@ -18,9 +18,8 @@ from petlab.crypto.deployment import (
     parse_evaluation_keys,
     run_encrypted,
 )
-from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_algorithms import classify_clear, default_config
 from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.knn_reference import classify
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.server.datasets import load_bundled
 from petlab.server.model_cache import load_or_compile
@@ -32,12 +31,12 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
     train, test = load_bundled("iris").split()
     print(
         f"[server] building the Iris model: n={settings.n} points kept, k={settings.k}, "
-        f"{settings.bits}-bit features"
+        f"{settings.bits}-bit features, {settings.algorithm} algorithm"
     )
     model = build_model(
         "iris", train.features, train.labels, settings, train.class_names, train.feature_names
     )
-    compiled = load_or_compile(model, CircuitConfig(), cache_dir)
+    compiled = load_or_compile(model, default_config(model.algorithm), cache_dir)
     origin = "loaded from cache" if compiled.from_cache else "compiled"
     print(
         f"[server] circuit {origin} (compilation took {compiled.compile_seconds:.1f} s); "
@@ -73,7 +72,7 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
         t2 = time.perf_counter()
         predicted = client.decrypt_class(result)
         t3 = time.perf_counter()
-        reference = int(classify(model.plan, levels)[0])
+        reference = int(classify_clear(model.plan, levels)[0])
         plain = int(sklearn_knn.predict(test.features[row : row + 1])[0])
         agree += predicted == reference
         names = info["class_names"]
@@ -83,7 +82,7 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
             f"{len(query):>6}/{len(result):<7}"
         )
     reference_accuracy = float(
-        np.mean(classify(model.plan, quantizer.transform(test.features)) == test.labels)
+        np.mean(classify_clear(model.plan, quantizer.transform(test.features)) == test.labels)
     )
     print(
         f"encrypted == clear reference on {agree}/{min(rows, len(test.labels))} rows; clear-reference "

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
-PAPER_IRIS = {"HE-kNN-V": "0.97, 1.72 s (0.46 s parallel)", "clear": "0.95, 1.8 ms"}
+PAPER_IRIS = {"HE-kNN-V (paper)": "0.97, 1.72 s (0.46 s parallel)", "clear": "0.95, 1.8 ms"}
 PAPER_BANDWIDTH_KB = {"iris": "28", "wine": "64", "breast_cancer": "128", "digits": "296 (MNIST)"}
 # Bindschaedler et al., VLDB 2017: Table 3 (accuracy / agreement, %) and Table 5 (distinguishing, %)
 PAPER_TABLE3 = {
@@ -62,7 +62,7 @@ def knn_figures(knn: pd.DataFrame, sweeps: pd.DataFrame, out: Path, machine: str
             twin = axis.twinx()
             twin.plot(part[sweep], part.pbs_count, "s--", color="C1", label="PBS")
             twin.set_ylabel("PBS per query")
-            axis.set_title(f"HE-kNN-V against {sweep} (Figure {dict(n=7, d=8, k=9)[sweep]})")
+            axis.set_title(f"fast HE k-NN against {sweep} (Figure {dict(n=7, d=8, k=9)[sweep]})")
         paths.append(_save(figure, out / "knn_sweeps.png", machine))
     return paths
 
@@ -128,7 +128,7 @@ def write_report(
                 part
                 for part in (
                     PAPER_IRIS.get(p, "") if d == "iris" else "",
-                    f"{PAPER_BANDWIDTH_KB.get(d, '-')} KB/query" if p == "HE-kNN-V" else "",
+                    f"{PAPER_BANDWIDTH_KB.get(d, '-')} KB/query" if p == "HE-kNN-V (paper)" else "",
                 )
                 if part
             )
@@ -137,7 +137,10 @@ def write_report(
         lines += [
             "## Encrypted k-NN over gRPC (Tables 4-5)",
             "",
-            "Bytes are measured on the channel (serialized payloads); latencies per query; `over_clear` is"
+            "Both encrypted algorithms side by side: the fast exact circuit (default) and the paper's"
+            " delta matrix; `agrees_with_clear` compares each with the clear reference of its own integer"
+            " algorithm. Bytes are measured on the channel (serialized payloads; `key_bytes` includes the"
+            " warm-up query); latencies per query; `over_clear` is"
             " the median latency over clear k-NN's in this run. Paper column: accuracy and time (Table 4,"
             " Iris) and bandwidth (Table 5).",
             "",
@@ -146,7 +149,7 @@ def write_report(
         ]
     sweeps = results.get("knn_sweeps")
     if sweeps is not None and len(sweeps):
-        lines += ["## HE-kNN-V against n, d and k (Figures 7-9)", "", _markdown(sweeps), ""]
+        lines += ["## Fast encrypted k-NN against n, d and k (cf. Figures 7-9)", "", _markdown(sweeps), ""]
     onthemap = results.get("onthemap")
     if onthemap is not None:
         lines += [

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs")
+    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs", "algorithm")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class ModelInfo(_message.Message):
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LOWS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_HIGHS_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     name: str
     dataset: str
     d: int
@@ -24,7 +25,8 @@ class ModelInfo(_message.Message):
     feature_names: _containers.RepeatedScalarFieldContainer[str]
     feature_lows: _containers.RepeatedScalarFieldContainer[float]
     feature_highs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ...) -> None: ...
+    algorithm: str
+    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ..., algorithm: _Optional[str] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
@@ -53,16 +55,18 @@ class GetClientSpecsResponse(_message.Message):
     def __init__(self, model: _Optional[_Union[ModelInfo, _Mapping]] = ..., client_specs: _Optional[bytes] = ..., specs_sha256: _Optional[str] = ...) -> None: ...
 
 class KeyChunk(_message.Message):
-    __slots__ = ("model", "total_size", "sha256", "data")
+    __slots__ = ("model", "total_size", "sha256", "data", "warmup_query")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_QUERY_FIELD_NUMBER: _ClassVar[int]
     model: str
     total_size: int
     sha256: str
     data: bytes
-    def __init__(self, model: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    warmup_query: bytes
+    def __init__(self, model: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ..., warmup_query: _Optional[bytes] = ...) -> None: ...
 
 class RegisterKeysResponse(_message.Message):
     __slots__ = ("key_id", "size")

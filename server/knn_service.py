@@ -34,6 +34,7 @@ from petlab.server.key_store import (
     MalformedKeyId,
     UploadMismatch,
 )
+from petlab.server.key_warmup import WarmupStore, prepare_keys
 from petlab.server.rpc_errors import abort, model_named
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,39 @@ class HostedModel:
             feature_names=self.model.feature_names,
             feature_lows=quantizer.lows,
             feature_highs=quantizer.highs,
+            algorithm=self.model.algorithm,
         )
 
 
 class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
-    def __init__(self, models: dict[str, HostedModel], keys: KeyStore):
-        self._models, self._keys = models, keys
+    def __init__(self, models: dict[str, HostedModel], keys: KeyStore, warmups: WarmupStore | None = None):
+        self._models, self._keys, self._warmups = models, keys, warmups
         self._key_cache: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._key_cache_lock = threading.Lock()
+
+    def prepare_stored_keys(self) -> int:
+        """At server start: load and prepare the most recently used stored keys that have a
+        warm-up query (at most what the in-memory key cache holds). Returns how many."""
+        if self._warmups is None:
+            return 0
+        prepared = 0
+        stored = sorted(self._keys.entries(), key=lambda k: k.last_used, reverse=True)
+        self._warmups.keep_only({key.key_id for key in stored})
+        for key in stored:
+            hosted, ciphertext = self._models.get(key.model), self._warmups.get(key.key_id)
+            if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
+                continue
+            try:
+                keys = parse_evaluation_keys(self._keys.read(key.key_id, key.model))
+                with hosted.lock:
+                    prepare_keys(hosted.server, keys, ciphertext)
+            except Exception as exc:  # a stale or damaged stored key is simply not prepared
+                log.warning("stored key %s not prepared: %s", key.key_id, exc)
+                continue
+            with self._key_cache_lock:
+                self._key_cache[key.key_id] = keys
+            prepared += 1
+        return prepared
 
     # ------------------------------------------------------------------ RPCs
 
@@ -99,8 +125,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         def chunks():
             yield first.data
             for chunk in request_iterator:
-                if chunk.model or chunk.total_size or chunk.sha256:
-                    raise UploadMismatch("only the first chunk may carry model, total_size and sha256")
+                if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
+                    raise UploadMismatch(
+                        "only the first chunk may carry model, total_size, sha256 and warmup_query"
+                    )
                 yield chunk.data
 
         owner = context.peer() or "unknown"
@@ -110,7 +138,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
+        keys = self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
+        if first.warmup_query:
+            self._warm_up(stored.key_id, hosted, keys, first.warmup_query, context)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
 
     @logged_unary
@@ -140,6 +170,24 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         return knn_pb2.ClassifyBatchResponse(encrypted_classes=results)
 
     # ------------------------------------------------------------------ helpers
+
+    def _warm_up(self, key_id: str, hosted: HostedModel, keys, ciphertext: bytes, context) -> None:
+        """Prepare freshly registered keys now (``server.key_warmup``); a warm-up query that does
+        not fit rejects the registration, since it was made with the same keys."""
+        problem = "" if len(ciphertext) <= MAX_QUERY_BYTES else "the warm-up query is too large"
+        if not problem:
+            try:
+                with hosted.lock:
+                    prepare_keys(hosted.server, keys, ciphertext)
+            except ValueError as exc:
+                problem = f"the warm-up query does not fit: {exc}"
+        if problem:
+            self._keys.forget(key_id)
+            with self._key_cache_lock:
+                self._key_cache.pop(key_id, None)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if self._warmups is not None:
+            self._warmups.put(key_id, ciphertext)
 
     def _model(self, name: str, context) -> HostedModel:
         return model_named(self._models, name, context)

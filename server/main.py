@@ -24,7 +24,7 @@ import grpc
 import pandas as pd
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from petlab.crypto.knn_circuit import CircuitConfig
+from petlab.crypto.knn_algorithms import ALGORITHMS, default_config
 from petlab.crypto.knn_model import KnnSettings, build_model
 from petlab.crypto.trace_chain import load_public_key
 from petlab.protos import (
@@ -39,6 +39,7 @@ from petlab.protos.limits import CHANNEL_OPTIONS
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
+from petlab.server.key_warmup import WarmupStore
 from petlab.server.knn_service import HostedModel, KnnServicer
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
@@ -81,6 +82,7 @@ class RunningServer:
     hosted: dict[str, HostedModel]
     _expiry_stop: threading.Event
     sessions: SessionStore | None = None
+    prepared_keys: int = 0  # stored evaluation key sets prepared at start (server.key_warmup)
 
     def stop(self, grace: float = 10.0) -> None:
         """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
@@ -103,10 +105,11 @@ def load_models(options: ServerOptions) -> dict[str, HostedModel]:
         model = build_model(
             name, train.features, train.labels, options.settings, train.class_names, train.feature_names
         )
-        compiled = load_or_compile(model, CircuitConfig(), options.data_dir / "models")
+        compiled = load_or_compile(model, default_config(model.algorithm), options.data_dir / "models")
         log.info(
-            "model %s ready (%s, %d PBS per query)",
+            "model %s ready (%s algorithm, %s, %d PBS per query)",
             name,
+            model.algorithm,
             "from cache" if compiled.from_cache else f"compiled in {compiled.compile_seconds:.1f} s",
             compiled.statistics["pbs_count"],
         )
@@ -134,7 +137,11 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
     )
-    knn_pb2_grpc.add_KnnServiceServicer_to_server(KnnServicer(hosted, keys), server)
+    knn_servicer = KnnServicer(hosted, keys, WarmupStore(options.data_dir / "warmup"))
+    prepared = knn_servicer.prepare_stored_keys()  # before the port opens: no first-query penalty
+    if prepared:
+        log.info("prepared %d stored evaluation key set(s)", prepared)
+    knn_pb2_grpc.add_KnnServiceServicer_to_server(knn_servicer, server)
     paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
         PaillierServicer({name: h.model for name, h in hosted.items()}), server
     )
@@ -179,7 +186,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
                 log.info("evaluation key %s expired", key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions)
+    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions, prepared)
 
 
 def load_analysis_data(path: Path) -> pd.DataFrame:
@@ -251,6 +258,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
     serve.add_argument("--n", type=int, default=int(_env("N", 40)), help="training points kept per model")
     serve.add_argument("--k", type=int, default=int(_env("K", 3)))
     serve.add_argument("--bits", type=int, default=int(_env("BITS", 4)))
+    serve.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=_env("ALGORITHM", "fast"),
+        help="[PETLAB_ALGORITHM] encrypted k-NN circuit: fast (default) or paper (Ameur et al.)",
+    )
     serve.add_argument("--key-idle-hours", type=float, default=float(_env("KEY_IDLE_HOURS", 24)))
     serve.add_argument("--key-cap-mb", type=float, default=float(_env("KEY_CAP_MB", 4096)))
     serve.add_argument("--workers", type=int, default=int(_env("WORKERS", 8)))
@@ -283,7 +296,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         models=args.model or default_models,
         host=args.host,
         port=args.port,
-        settings=KnnSettings(n=args.n, k=args.k, bits=args.bits),
+        settings=KnnSettings(n=args.n, k=args.k, bits=args.bits, algorithm=args.algorithm),
         label_column=args.label_column,
         key_idle_seconds=args.key_idle_hours * 3600,
         key_cap_bytes=int(args.key_cap_mb * (1 << 20)),

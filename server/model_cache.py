@@ -1,4 +1,4 @@
-"""On-disk cache of compiled HE-kNN-V circuits, so a second start does not recompile.
+"""On-disk cache of compiled encrypted k-NN circuits (fast or paper), so a second start does not recompile.
 
 Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn_model.KnnModel.cache_key`
 (training data, settings, circuit configuration, concrete-python version). It holds ``server.zip``
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from concrete import fhe
 from petlab.crypto.deployment import load_server, save_server
-from petlab.crypto.knn_circuit import CircuitConfig, circuit_statistics, compile_circuit
+from petlab.crypto.knn_algorithms import compile_any
+from petlab.crypto.knn_circuit import CircuitConfig, circuit_statistics
 from petlab.crypto.knn_model import KnnModel
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | No
 
     log.info("compiling model %s (n=%d, d=%d): not in cache", model.name, model.plan.n, model.d)
     started = time.perf_counter()
-    circuit = compile_circuit(model.plan, config)
+    circuit = compile_any(model.plan, config)
     seconds = time.perf_counter() - started
     statistics = circuit_statistics(circuit)
     _write_entry(

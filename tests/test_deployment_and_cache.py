@@ -12,9 +12,9 @@ from petlab.crypto.deployment import (
     parse_evaluation_keys,
     run_encrypted,
 )
+from petlab.crypto.knn_algorithms import build_any_plan
 from petlab.crypto.knn_circuit import CircuitConfig
 from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.knn_plan import build_plan
 from petlab.server.datasets import load_bundled
 
 
@@ -93,7 +93,7 @@ def test_second_load_comes_from_cache(tiny_model, tiny_compiled, monkeypatch):
     def must_not_compile(*args, **kwargs):
         raise AssertionError("recompiled although the cache holds the artifact")
 
-    monkeypatch.setattr(model_cache, "compile_circuit", must_not_compile)
+    monkeypatch.setattr(model_cache, "compile_any", must_not_compile)
     again = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
     try:
         assert again.from_cache and again.statistics["pbs_count"] > 0
@@ -117,16 +117,28 @@ def test_cache_key_depends_on_data_and_configuration(tiny_model):
     plan = tiny_model.plan
     moved = plan.train.copy()
     moved[0, 0] = (moved[0, 0] + 1) % (plan.max_level + 1)  # one training level changed
-    other = replace(tiny_model, plan=build_plan(moved, plan.labels, plan.n_classes, plan.k, plan.bits))
+    algorithm = tiny_model.algorithm
+    other = replace(
+        tiny_model, plan=build_any_plan(algorithm, moved, plan.labels, plan.n_classes, plan.k, plan.bits)
+    )
     relabelled = replace(
         tiny_model,
-        plan=build_plan(plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits),
+        plan=build_any_plan(
+            algorithm, plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits
+        ),
     )
     base = tiny_model.cache_key(CircuitConfig())
     assert base == tiny_model.cache_key(CircuitConfig())
     assert base != tiny_model.cache_key(CircuitConfig(sign_bits=3))
     assert base != other.cache_key(CircuitConfig())
     assert base != relabelled.cache_key(CircuitConfig())
+    paper = replace(tiny_model, plan=build_any_plan("paper", *_plan_inputs(plan)))
+    assert paper.algorithm != tiny_model.algorithm
+    assert base != paper.cache_key(CircuitConfig())
+
+
+def _plan_inputs(plan):
+    return plan.train, plan.labels, plan.n_classes, plan.k, plan.bits
 
 
 def test_public_info_hides_n_k_and_training_data(tiny_model):

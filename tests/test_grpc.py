@@ -12,8 +12,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
+from petlab.crypto.knn_algorithms import classify_clear
 from petlab.crypto.knn_model import KnnSettings
-from petlab.crypto.knn_reference import classify
+from petlab.crypto.knn_reference import classify_by_sorting
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.datasets import load_bundled
@@ -63,7 +64,14 @@ def held_out():
 
 def reference(running, model: str, rows: np.ndarray) -> list[int]:
     hosted = running.hosted[model].model
-    return classify(hosted.plan, hosted.quantizer.transform(rows)).tolist()
+    return classify_clear(hosted.plan, hosted.quantizer.transform(rows)).tolist()
+
+
+def exact_knn(running, model: str, rows: np.ndarray) -> list[int]:
+    """Textbook k-NN on the model's n points: what the interactive Paillier protocol computes."""
+    plan, quantizer = running.hosted[model].model.plan, running.hosted[model].model.quantizer
+    levels = quantizer.transform(rows)
+    return classify_by_sorting(plan.train, plan.labels, plan.k, plan.n_classes, levels).tolist()
 
 
 def test_list_models_shows_public_information_only(remote):
@@ -96,7 +104,7 @@ def test_paillier_baseline_equals_reference(running, channel, remote, held_out):
     keypair = generate_keypair()
     stats = []
     answers = [paillier_classify(channel, info, row, keypair, stats, timeout=60) for row in held_out[:5]]
-    assert answers == reference(running, "iris", held_out[:5])
+    assert answers == exact_knn(running, "iris", held_out[:5])
     assert [s.method for s in stats[:2]] == ["Distances", "Labels"]
 
 
@@ -115,6 +123,7 @@ def test_restart_keeps_registered_keys(serve, data_dir, hosted, remote, iris_pre
         assert prepared.key_id == key_id
         assert again.classify(prepared, held_out[5]) == reference(restarted, "iris", held_out[5:6])[0]
         assert "RegisterKeys" not in [s.method for s in again.stats]
+        assert restarted.prepared_keys >= 1  # stored keys prepared before the port opened
 
 
 @pytest.mark.slow
@@ -230,6 +239,39 @@ def test_bad_key_uploads(channel, running):
     assert {k.key_id for k in running.keys.entries()} == before
     assert not list(running.keys.directory.glob(".upload-*"))
     assert_serving(channel)
+
+
+@pytest.mark.slow
+def test_keys_are_prepared_at_registration(channel, running, data_dir, iris_prepared):
+    """The client's warm-up query was evaluated at registration and kept owner-only for restarts;
+    a warm-up query that does not fit rejects the upload, and only the first chunk may carry one."""
+    warmup = data_dir / "warmup" / f"{iris_prepared.key_id}.ct"
+    assert warmup.is_file() and warmup.stat().st_mode & 0o777 == 0o600
+    assert (warmup.parent.stat().st_mode & 0o777) == 0o700
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    before = {k.key_id for k in running.keys.entries()}
+    data = iris_prepared.client.evaluation_keys_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+
+    pieces = [data[i : i + (4 << 20)] for i in range(0, len(data), 4 << 20)]
+
+    def upload(first: dict, later: dict):
+        yield knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=pieces[0], **first)
+        for piece in pieces[1:]:
+            yield knn_pb2.KeyChunk(data=piece, **later)
+
+    bad = upload({"warmup_query": b"x" * 64}, {})
+    assert "warm-up" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, bad)
+    assert len(pieces) > 1
+    late = upload({}, {"warmup_query": b"x"})
+    assert "first chunk" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, late)
+    assert {k.key_id for k in running.keys.entries()} == before
+    assert_serving(channel)
+
+
+def test_models_say_which_algorithm_runs(remote, running):
+    algorithms = {m.name: m.algorithm for m in remote.models()}
+    assert algorithms == {"iris": "fast", "wine": "fast"}
 
 
 @pytest.mark.slow

@@ -81,7 +81,8 @@ def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path):
 def test_small_n_simulation_equals_reference(n):
     """Small n explicitly: an int4-sized rank tensor once simulated wrongly at n = 10."""
     data = load_bundled("iris")
-    model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=min(3, n), bits=4))
+    settings = KnnSettings(n=n, k=min(3, n), bits=4, algorithm="paper")
+    model = build_model("iris", data.features, data.labels, settings)
     circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
     queries = np.random.default_rng(n).integers(0, 16, size=(60, 4))
     assert np.array_equal(simulate_all(circuit, queries), classify(model.plan, queries))
@@ -92,7 +93,7 @@ def test_ten_classes_and_ties_in_simulation():
     distances, so the tie rules are exercised inside the circuit too."""
     data = load_bundled("digits")
     features = data.features[:, [18, 21, 26, 29, 34, 37, 42, 45]]
-    model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2))
+    model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2, algorithm="paper"))
     circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
     queries = np.random.default_rng(3).integers(0, 4, size=(80, features.shape[1]))
     expected = classify(model.plan, queries)
@@ -105,7 +106,8 @@ def test_ten_classes_and_ties_in_simulation():
 
 def test_two_classes_in_simulation():
     data = load_bundled("breast_cancer")
-    model = build_model("breast_cancer", data.features[:, :6], data.labels, KnnSettings(n=12, k=5))
+    settings = KnnSettings(n=12, k=5, algorithm="paper")
+    model = build_model("breast_cancer", data.features[:, :6], data.labels, settings)
     circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
     queries = np.random.default_rng(5).integers(0, 16, size=(60, 6))
     assert np.array_equal(simulate_all(circuit, queries), classify(model.plan, queries))
