@@ -104,6 +104,7 @@ def run_demo(rows: int = 3, data_dir: Path = Path(".petlab-cache/demo-server")) 
                 str(data_dir),
                 "--model",
                 "iris",
+                "--enable-paillier-baseline",  # the demo compares both protocols
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

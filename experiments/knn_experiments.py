@@ -141,7 +141,10 @@ def run_dataset(name: str, settings: KnnSettings, queries: int, cache: Path, pro
         compiled = load_or_compile(model, default_config(algorithm), cache / "models")
         hosted[model.name] = HostedModel(model, compiled.server, dataset=name)
     with tempfile.TemporaryDirectory() as scratch:
-        running = start(ServerOptions(data_dir=Path(scratch) / "server", models=[], port=0), hosted)
+        options = ServerOptions(
+            data_dir=Path(scratch) / "server", models=[], port=0, enable_paillier_baseline=True
+        )
+        running = start(options, hosted)
         try:
             channel = ByteCountingChannel(make_channel(f"127.0.0.1:{running.port}"))
             remote = KnnRemote(channel, "loopback", cache_dir=Path(scratch) / "client", show_progress=False)

@@ -6,8 +6,17 @@ Layout under the data directory: ``keys/<key_id>.bin`` (one file per key, mode 0
 a temporary file that is renamed into place only once its size and SHA-256 match what the client
 announced, so a crash or a truncated upload never leaves a half key behind. Keys idle for longer
 than ``idle_seconds`` expire; when the total size passes ``max_bytes`` the least recently used keys
-are evicted. The store survives restarts; on start it removes temporary files and any file or index
-row without its partner.
+are evicted.
+
+Denial of service. An upload's announced size is reserved against ``max_bytes`` for as long as it
+streams (staging bytes count: concurrent uploads cannot fill the disk beyond the cap), and an
+upload is refused at once when the stored keys plus the uploads in flight leave no room for it even
+after evicting every stored key. Eviction happens only after the upload's bytes are complete, match
+their SHA-256 and pass ``verify`` (the caller's check that they are evaluation keys for the model),
+so junk announcing a huge size never pushes anyone else's keys out.
+
+The store survives restarts; on start it removes temporary files and any file or index row without
+its partner.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ class KeyStore:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_bytes, self.idle_seconds, self._clock = int(max_bytes), float(idle_seconds), clock
         self._lock = threading.Lock()
+        self._staging_bytes = 0  # announced sizes of the uploads in flight
         self._db = sqlite3.connect(self.directory / "index.sqlite", check_same_thread=False)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS keys (key_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
@@ -85,8 +95,19 @@ class KeyStore:
 
     # ------------------------------------------------------------------ public API
 
-    def put(self, model: str, owner: str, total_size: int, sha256: str, chunks: Iterable[bytes]) -> StoredKey:
-        """Stream an upload to disk; the key becomes visible only when complete and verified."""
+    def put(
+        self,
+        model: str,
+        owner: str,
+        total_size: int,
+        sha256: str,
+        chunks: Iterable[bytes],
+        verify: Callable[[Path], None] | None = None,
+    ) -> StoredKey:
+        """Stream an upload to disk; the key becomes visible only when complete and verified.
+
+        ``verify(path)`` runs on the complete staging file before anything is evicted; it raises
+        ``ValueError`` for bytes that are not what the caller expects (they are then dropped)."""
         if total_size <= 0:
             raise UploadMismatch("the upload must announce its total size in the first chunk")
         if total_size > self.max_bytes:
@@ -98,6 +119,13 @@ class KeyStore:
         key_id = secrets.token_hex(16)
         staging = self.directory / f".upload-{key_id}"
         digest, received = hashlib.sha256(), 0
+        with self._lock:
+            if self._staging_bytes + total_size > self.max_bytes:
+                raise KeyTooLarge(
+                    "the key store is busy with other uploads; retry in a minute (uploads in flight "
+                    "count against the store's cap)"
+                )
+            self._staging_bytes += total_size
         try:
             with open(staging, "xb", opener=_owner_only) as handle:
                 for chunk in chunks:
@@ -112,9 +140,17 @@ class KeyStore:
                 raise UploadMismatch(f"the upload ended after {received} of the announced {total_size} bytes")
             if digest.hexdigest() != sha256:
                 raise UploadMismatch("the uploaded bytes do not match the announced SHA-256")
+            if verify is not None:
+                try:
+                    verify(staging)
+                except ValueError as exc:
+                    raise UploadMismatch(
+                        f"the upload is not usable evaluation keys for {model!r}: {exc}"
+                    ) from exc
             now = self._clock()
             with self._lock:
-                self._evict_for(total_size)
+                # room for this key and the uploads still streaming (their reservations)
+                self._evict_for(self._staging_bytes)
                 os.replace(staging, self._path(key_id))
                 self._db.execute(
                     "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -123,6 +159,8 @@ class KeyStore:
                 self._db.commit()
             return StoredKey(key_id, owner, model, total_size, now, now)
         finally:
+            with self._lock:
+                self._staging_bytes -= total_size
             staging.unlink(missing_ok=True)
 
     def read(self, key_id: str, model: str) -> bytes:

@@ -133,7 +133,14 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
         owner = context.peer() or "unknown"
         try:
-            stored = self._keys.put(hosted.model.name, owner, first.total_size, first.sha256, chunks())
+            stored = self._keys.put(
+                hosted.model.name,
+                owner,
+                first.total_size,
+                first.sha256,
+                chunks(),
+                verify=_evaluation_keys_file,
+            )
         except KeyTooLarge as exc:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
@@ -237,3 +244,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 return run_encrypted(hosted.server, keys, query)
             except ValueError as exc:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def _evaluation_keys_file(path) -> None:
+    """The key store's check, before it evicts anything for an upload: the bytes must parse as
+    concrete evaluation keys (``ValueError`` otherwise)."""
+    parse_evaluation_keys(path.read_bytes())

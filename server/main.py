@@ -71,6 +71,9 @@ class ServerOptions:
     allow_insecure: bool = False
     analysis_data: Path | None = None
     authority_key: Path | None = None
+    # The interactive Paillier baseline answers distances and labels for any query and indices: a
+    # caller can reconstruct the training set from a handful of calls. For experiments only.
+    enable_paillier_baseline: bool = False
 
 
 @dataclass
@@ -142,11 +145,17 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     if prepared:
         log.info("prepared %d stored evaluation key set(s)", prepared)
     knn_pb2_grpc.add_KnnServiceServicer_to_server(knn_servicer, server)
-    paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
-        PaillierServicer({name: h.model for name, h in hosted.items()}), server
-    )
+    services = [KNN_SERVICE]
+    if options.enable_paillier_baseline:
+        log.warning(
+            "the Paillier baseline is enabled: it reveals distances to, and labels of, the training "
+            "points, so any caller can reconstruct the training set; serve it to trusted experiments only"
+        )
+        paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
+            PaillierServicer({name: h.model for name, h in hosted.items()}), server
+        )
+        services.append(PAILLIER_SERVICE)
     sessions = None
-    services = [KNN_SERVICE, PAILLIER_SERVICE]
     if analysis_data is not None:
         sessions = SessionStore(options.data_dir / "sessions.sqlite")
         controller_pb2_grpc.add_AnalysisControllerServicer_to_server(
@@ -155,9 +164,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         services.append(CONTROLLER_SERVICE)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (KNN_SERVICE, PAILLIER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
     address = f"{options.host}:{options.port}"
     if options.tls_cert and options.tls_key:
@@ -283,6 +290,13 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
     serve.add_argument(
+        "--enable-paillier-baseline",
+        action="store_true",
+        default=_env_flag("ENABLE_PAILLIER_BASELINE"),
+        help="[PETLAB_ENABLE_PAILLIER_BASELINE=1] also serve the interactive Paillier baseline; it "
+        "reveals distances and labels, so a caller can reconstruct the training set (experiments only)",
+    )
+    serve.add_argument(
         "--grace",
         type=float,
         default=float(_env("GRACE_SECONDS", 30)),
@@ -306,6 +320,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_insecure=args.allow_insecure,
+        enable_paillier_baseline=args.enable_paillier_baseline,
     )
     return options, args
 

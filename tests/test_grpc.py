@@ -18,6 +18,7 @@ from petlab.crypto.knn_reference import classify_by_sorting
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.datasets import load_bundled
+from petlab.server.main import parse_args
 
 SETTINGS = KnnSettings(n=6, k=3, bits=4)
 
@@ -34,7 +35,7 @@ def hosted(hosted_model):
 
 @pytest.fixture(scope="module")
 def running(serve, data_dir, hosted):
-    with serve(data_dir, hosted, key_cap_bytes=2 << 30) as server:
+    with serve(data_dir, hosted, key_cap_bytes=2 << 30, enable_paillier_baseline=True) as server:
         yield server
 
 
@@ -115,7 +116,7 @@ def test_restart_keeps_registered_keys(serve, data_dir, hosted, remote, iris_pre
     first."""
     key_id = iris_prepared.key_id
     with (
-        serve(data_dir, hosted, key_cap_bytes=2 << 30) as restarted,
+        serve(data_dir, hosted, key_cap_bytes=2 << 30, enable_paillier_baseline=True) as restarted,
         make_channel(f"127.0.0.1:{restarted.port}") as channel,
     ):
         again = KnnRemote(channel, "test-server", remote.cache_dir, timeout=300, show_progress=False)
@@ -227,7 +228,9 @@ def test_bad_key_uploads(channel, running):
     truncated = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:500])])
     assert "ended after 500" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, truncated)
     garbage = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data)])
-    assert "unusable" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, garbage)
+    assert "not usable evaluation keys" in expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, garbage
+    )
     too_big = iter([knn_pb2.KeyChunk(model="iris", total_size=1 << 40, sha256=digest, data=data)])
     expect_status(grpc.StatusCode.RESOURCE_EXHAUSTED, stub.RegisterKeys, too_big)
     expect_status(
@@ -343,3 +346,27 @@ def test_damaged_key_cache_is_replaced(channel, running, held_out, tmp_path):
     third = fresh.prepare("iris")
     assert third.key_id not in (first.key_id, again.key_id)
     assert fresh.classify(third, held_out[8]) == reference(running, "iris", held_out[8:9])[0]
+
+
+def test_paillier_baseline_is_off_by_default(serve, tmp_path, hosted):
+    """Attack: with q = 0 and q = e_f, a handful of Distances and Labels calls on the baseline
+    recover every training point and label. A server started without the opt-in does not answer
+    them at all, nor lists the service."""
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    with serve(tmp_path, hosted) as default, make_channel(f"127.0.0.1:{default.port}") as channel:
+        paillier = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
+        expect_status(
+            grpc.StatusCode.UNIMPLEMENTED,
+            paillier.Labels,
+            paillier_pb2.LabelsRequest(model="iris", indices=[0]),
+        )
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+        assert "petlab.paillier.v1.PaillierKnnService" not in services
+        assert "petlab.knn.v1.KnnService" in services
+    options, _ = parse_args(["serve", "--model", "iris"])
+    assert options.enable_paillier_baseline is False
+    options, _ = parse_args(["serve", "--model", "iris", "--enable-paillier-baseline"])
+    assert options.enable_paillier_baseline is True

@@ -1,4 +1,5 @@
 import hashlib
+import threading
 
 import pytest
 from petlab.server.key_store import (
@@ -107,3 +108,54 @@ def test_restart_cleans_orphans(tmp_path):
     again = KeyStore(tmp_path, max_bytes=100, idle_seconds=10)
     assert again.entries() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite"]
+
+
+def test_unverified_upload_never_evicts_other_keys(tmp_path):
+    """Attack: junk announcing the whole cap used to push every stored key out (LRU) before it was
+    found not to be keys. Now eviction waits for the caller's verification."""
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=1e6)
+    victim = upload(store, b"v" * 60)
+    junk = b"\0" * 100
+
+    def not_keys(path):
+        raise ValueError("not evaluation keys")
+
+    with pytest.raises(UploadMismatch, match="not usable evaluation keys"):
+        store.put("iris", "attacker", len(junk), hashlib.sha256(junk).hexdigest(), [junk], verify=not_keys)
+    assert [k.key_id for k in store.entries()] == [victim.key_id]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["index.sqlite", f"{victim.key_id}.bin"])
+    # a verified upload may evict, as before
+    good = b"g" * 100
+    stored = store.put(
+        "iris", "owner", len(good), hashlib.sha256(good).hexdigest(), [good], verify=lambda p: None
+    )
+    assert [k.key_id for k in store.entries()] == [stored.key_id]
+
+
+def test_staging_bytes_count_against_the_cap(tmp_path):
+    """Attack: uploads in flight were not counted, so 8 concurrent uploads of the cap each could
+    fill 8x the cap of disk. An announced size is reserved while the upload streams."""
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=1e6)
+    data = b"s" * 70
+    digest = hashlib.sha256(data).hexdigest()
+    entered, release = threading.Event(), threading.Event()
+    outcome: list = []
+
+    def slow_chunks():
+        yield data[:10]
+        entered.set()
+        release.wait(10)
+        yield data[10:]
+
+    worker = threading.Thread(
+        target=lambda: outcome.append(store.put("iris", "a", 70, digest, slow_chunks()))
+    )
+    worker.start()
+    assert entered.wait(10)
+    with pytest.raises(KeyTooLarge, match="busy"):
+        store.put("iris", "b", 70, digest, [data])
+    release.set()
+    worker.join(10)
+    assert len(outcome) == 1 and outcome[0].size == 70
+    again = store.put("iris", "b", 70, digest, [data])  # the reservation was released
+    assert again.size == 70
