@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from petlab.client.files import write_owner_only
+from petlab.client.files import private_directory, write_owner_only
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -68,8 +68,10 @@ class KnnRemote:
     def prepare(self, model: str) -> PreparedModel:
         """Client specs, cached or fresh keys, and a registered key id."""
         reply = self._unary("GetClientSpecs", knn_pb2.GetClientSpecsRequest(model=model))
-        directory = self.cache_dir / _safe(self.server_label) / _safe(model) / reply.specs_sha256[:16]
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        digest = verified_specs_digest(reply.client_specs, reply.specs_sha256)
+        for level in (self.cache_dir, self.cache_dir / _safe(self.server_label)):
+            private_directory(level)
+        directory = private_directory(self.cache_dir / _safe(self.server_label) / _safe(model) / digest[:16])
         client = KnnClient(reply.client_specs)
         quantizer = quantizer_of(reply.model)
         prepared = PreparedModel(reply.model, client, quantizer, directory)
@@ -220,5 +222,18 @@ def make_channel(
     return grpc.insecure_channel(address, options)
 
 
+def verified_specs_digest(specs: bytes, announced: str) -> str:
+    """The SHA-256 of the client specs, which names their cache directory. The server's
+    ``specs_sha256`` is accepted only as 64 lowercase hex digits equal to the digest computed here:
+    a hostile server could otherwise steer where the secret keys are written (``../..``, an
+    absolute path) or pair keys with specs they were not made for."""
+    computed = hashlib.sha256(specs).hexdigest()
+    if not re.fullmatch(r"[0-9a-f]{64}", announced or "") or announced != computed:
+        raise ValueError("the server's client specs do not match their announced SHA-256; refusing them")
+    return computed
+
+
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
+    """One path component made of safe characters; never empty, ``.`` or ``..``."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return "_" if cleaned.strip(".") == "" else cleaned

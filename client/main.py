@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pandas as pd
+from petlab.client.files import UnsafeDirectory
 from petlab.client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
 from petlab.client.paillier_client import paillier_classify
 from petlab.crypto.paillier_knn import generate_keypair
@@ -25,25 +26,33 @@ from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
 
 
+class UserError(Exception):
+    """A mistake in what the user asked for: one line on stderr and exit status 2."""
+
+
 def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
     if args.features:
         try:
             row = [float(v) for v in args.features.split(",")]
         except ValueError:
-            raise SystemExit(f"--features must be {info.d} comma-separated numbers") from None
-        if len(row) != info.d:
-            raise SystemExit(
-                f"model {info.name} takes {info.d} features ({', '.join(info.feature_names)}), got {len(row)}"
+            raise UserError(f"--features must be {info.d} comma-separated numbers") from None
+        if len(row) != info.d or not np.all(np.isfinite(row)):
+            raise UserError(
+                f"model {info.name} takes {info.d} finite features ({', '.join(info.feature_names)}), "
+                f"got {len(row)}"
             )
         return np.array([row])
-    frame = pd.read_csv(args.csv)
+    try:
+        frame = pd.read_csv(args.csv)
+    except (OSError, ValueError) as exc:  # missing, unreadable, empty or malformed CSV
+        raise UserError(f"cannot read {args.csv}: {exc}") from None
     names = list(info.feature_names)
     if all(name in frame.columns for name in names):
         frame = frame[names]
     else:
         frame = frame.select_dtypes("number").iloc[:, : info.d]
-    if frame.shape[1] != info.d or frame.isna().any().any():
-        raise SystemExit(
+    if frame.shape[1] != info.d or frame.isna().any().any() or not np.isfinite(frame.to_numpy(float)).all():
+        raise UserError(
             f"{args.csv}: need {info.d} numeric feature columns without gaps "
             f"(named {', '.join(names)}, or the first {info.d} numeric columns)"
         )
@@ -97,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
+    except (UserError, UnsafeDirectory) as exc:
+        print(f"petlab-client: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
+        print(f"petlab-client: refusing the server's answer: {exc}", file=sys.stderr)
+        return 1
     finally:
         channel.close()
 
@@ -115,18 +130,16 @@ def run(args, channel) -> int:
         return 0
     remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
     if args.command == "classify":
+        info = _model_info(remote, args.model)
+        rows = read_rows(args, info)  # every input checked before keys are made or uploaded
         prepared = remote.prepare(args.model)
-        rows = read_rows(args, prepared.info)
         if len(rows) == 1:
             classes = [remote.classify(prepared, rows[0])]
         else:
             classes = remote.classify_batch(prepared, rows)
         stats_header = f"encrypted k-NN; keygen {prepared.keygen_seconds:.1f} s (0 if cached)"
     else:
-        info = next((m for m in remote.models() if m.name == args.model), None)
-        if info is None:
-            print(f"petlab-client: NOT_FOUND: no model named {args.model!r}", file=sys.stderr)
-            return 1
+        info = _model_info(remote, args.model)
         rows = read_rows(args, info)
         started = time.perf_counter()
         keypair = generate_keypair()
@@ -160,3 +173,11 @@ def run(args, channel) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
+    info = next((m for m in remote.models() if m.name == name), None)
+    if info is None:
+        names = ", ".join(m.name for m in remote.models())
+        raise UserError(f"the server hosts no model named {name!r} (it hosts: {names})")
+    return info

@@ -370,3 +370,36 @@ def test_paillier_baseline_is_off_by_default(serve, tmp_path, hosted):
     assert options.enable_paillier_baseline is False
     options, _ = parse_args(["serve", "--model", "iris", "--enable-paillier-baseline"])
     assert options.enable_paillier_baseline is True
+
+
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        (["--csv", "/nonexistent/rows.csv"], "cannot read"),
+        (["--features", "1,2"], "takes 4 finite features"),
+        (["--features", "a,b,c,d"], "comma-separated"),
+    ],
+)
+def test_client_validates_inputs_before_making_keys(running, tmp_path, capsys, rows, says):
+    """Bad input is one line on stderr and exit status 2, before any key is generated or uploaded
+    (it used to generate and upload hundreds of MB first, or print a traceback)."""
+    from petlab.client.main import main as client_main
+
+    cache = tmp_path / "cache"
+    before = {k.key_id for k in running.keys.entries()}
+    status = client_main(
+        [
+            "classify",
+            "--server",
+            f"127.0.0.1:{running.port}",
+            "--model",
+            "iris",
+            "--cache-dir",
+            str(cache),
+            *rows,
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and says in err and len(err.splitlines()) == 1
+    assert not cache.exists() or not list(cache.rglob("keys.bin"))
+    assert {k.key_id for k in running.keys.entries()} == before
