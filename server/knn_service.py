@@ -35,6 +35,7 @@ from petlab.server.key_store import (
     UploadMismatch,
 )
 from petlab.server.key_warmup import WarmupStore, prepare_keys
+from petlab.server.limits import ServiceLimits, Slots, UploadWatchdog
 from petlab.server.rpc_errors import abort, model_named
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,17 @@ class HostedModel:
 
 
 class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
-    def __init__(self, models: dict[str, HostedModel], keys: KeyStore, warmups: WarmupStore | None = None):
+    def __init__(
+        self,
+        models: dict[str, HostedModel],
+        keys: KeyStore,
+        warmups: WarmupStore | None = None,
+        limits: ServiceLimits | None = None,
+    ):
         self._models, self._keys, self._warmups = models, keys, warmups
+        self._limits = limits or ServiceLimits()
+        self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
+        self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
         self._key_cache: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._key_cache_lock = threading.Lock()
 
@@ -117,9 +127,19 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_stream_in
     def RegisterKeys(self, request_iterator, context):
+        with self._upload_slots.held(context), UploadWatchdog(context, self._limits) as watchdog:
+            try:
+                return self._register(request_iterator, context, watchdog)
+            except grpc.RpcError:  # the watchdog cancelled the call: nothing was stored
+                reason = watchdog.reason or "the upload was cancelled"
+                log.info("key upload from %s cancelled: %s", context.peer(), reason)
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, reason)
+
+    def _register(self, request_iterator, context, watchdog: UploadWatchdog) -> knn_pb2.RegisterKeysResponse:
         first = next(request_iterator, None)
+        watchdog.received(len(first.data) if first is not None else 0)
         if first is None:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
         hosted = self._model(first.model, context)
 
         def chunks():
@@ -129,7 +149,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                     raise UploadMismatch(
                         "only the first chunk may carry model, total_size, sha256 and warmup_query"
                     )
+                watchdog.received(len(chunk.data))
                 yield chunk.data
+            watchdog.finish()  # every byte is in; verification is not the client's delay
 
         owner = context.peer() or "unknown"
         try:
@@ -152,6 +174,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_unary
     def Classify(self, request, context):
+        with self._evaluation_slots.held(context):
+            return self._classify(request, context)
+
+    def _classify(self, request, context) -> knn_pb2.ClassifyResponse:
         hosted = self._model(request.model, context)
         keys = self._evaluation_keys(request.key_id, hosted, context)
         query = self._ciphertext(request.encrypted_query, context)
@@ -159,6 +185,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_unary
     def ClassifyBatch(self, request, context):
+        with self._evaluation_slots.held(context):
+            return self._classify_batch(request, context)
+
+    def _classify_batch(self, request, context) -> knn_pb2.ClassifyBatchResponse:
         hosted = self._model(request.model, context)
         if not request.encrypted_queries:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")

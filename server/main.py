@@ -41,6 +41,7 @@ from petlab.server.datasets import BUNDLED, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
 from petlab.server.key_warmup import WarmupStore
 from petlab.server.knn_service import HostedModel, KnnServicer
+from petlab.server.limits import ServiceLimits
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
 from petlab.server.session_store import SessionStore
@@ -74,6 +75,7 @@ class ServerOptions:
     # The interactive Paillier baseline answers distances and labels for any query and indices: a
     # caller can reconstruct the training set from a handful of calls. For experiments only.
     enable_paillier_baseline: bool = False
+    limits: ServiceLimits = field(default_factory=ServiceLimits)
 
 
 @dataclass
@@ -130,6 +132,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
         )
+    options.limits.check(options.workers)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
     analysis_data = load_analysis_data(options.analysis_data) if options.analysis_data else None
@@ -140,7 +143,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
     )
-    knn_servicer = KnnServicer(hosted, keys, WarmupStore(options.data_dir / "warmup"))
+    knn_servicer = KnnServicer(hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits)
     prepared = knn_servicer.prepare_stored_keys()  # before the port opens: no first-query penalty
     if prepared:
         log.info("prepared %d stored evaluation key set(s)", prepared)
@@ -290,6 +293,30 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
     serve.add_argument(
+        "--upload-slots",
+        type=int,
+        default=int(_env("UPLOAD_SLOTS", 2)),
+        help="[PETLAB_UPLOAD_SLOTS] concurrent key uploads; more are refused at once (RESOURCE_EXHAUSTED)",
+    )
+    serve.add_argument(
+        "--evaluation-slots",
+        type=int,
+        default=int(_env("EVALUATION_SLOTS", 3)),
+        help="[PETLAB_EVALUATION_SLOTS] classifications running or waiting; more are refused at once",
+    )
+    serve.add_argument(
+        "--upload-first-chunk-seconds",
+        type=float,
+        default=float(_env("UPLOAD_FIRST_CHUNK_SECONDS", 10)),
+        help="[PETLAB_UPLOAD_FIRST_CHUNK_SECONDS] an upload with no chunk by then is cancelled",
+    )
+    serve.add_argument(
+        "--upload-min-kib-per-second",
+        type=float,
+        default=float(_env("UPLOAD_MIN_KIB_PER_SECOND", 256)),
+        help="[PETLAB_UPLOAD_MIN_KIB_PER_SECOND] slower uploads are cancelled after a 10 s grace",
+    )
+    serve.add_argument(
         "--enable-paillier-baseline",
         action="store_true",
         default=_env_flag("ENABLE_PAILLIER_BASELINE"),
@@ -321,6 +348,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         tls_client_ca=args.tls_client_ca,
         allow_insecure=args.allow_insecure,
         enable_paillier_baseline=args.enable_paillier_baseline,
+        limits=ServiceLimits(
+            upload_slots=args.upload_slots,
+            evaluation_slots=args.evaluation_slots,
+            first_chunk_seconds=args.upload_first_chunk_seconds,
+            min_bytes_per_second=args.upload_min_kib_per_second * 1024,
+        ),
     )
     return options, args
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -403,3 +404,47 @@ def test_client_validates_inputs_before_making_keys(running, tmp_path, capsys, r
     assert status == 2 and says in err and len(err.splitlines()) == 1
     assert not cache.exists() or not list(cache.rglob("keys.bin"))
     assert {k.key_id for k in running.keys.entries()} == before
+
+
+def test_idle_uploads_cannot_freeze_the_server(serve, tmp_path, hosted):
+    """Attack: 8 RegisterKeys streams that never send a chunk used to hold all 8 worker threads,
+    so every other call waited for its deadline. Now at most ``upload_slots`` uploads run (the
+    rest are refused at once), an idle one is cancelled after ``first_chunk_seconds``, and cheap
+    calls answer throughout."""
+    from petlab.server.limits import ServiceLimits
+
+    limits = ServiceLimits(first_chunk_seconds=1.0)
+    release = threading.Event()
+
+    def silent():
+        release.wait(30)
+        return
+        yield  # a generator that sends nothing
+
+    with (
+        serve(tmp_path, hosted, limits=limits) as server,
+        make_channel(f"127.0.0.1:{server.port}") as channel,
+    ):
+        stub = knn_pb2_grpc.KnnServiceStub(channel)
+        uploads = [stub.RegisterKeys.future(silent(), timeout=20) for _ in range(8)]
+        started = time.perf_counter()
+        assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=3).models
+        assert_serving(channel)
+        assert time.perf_counter() - started < 3
+        codes = []
+        for upload in uploads:
+            with pytest.raises(grpc.RpcError) as failure:
+                upload.result(timeout=15)
+            codes.append(failure.value.code())
+        release.set()
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 8 - limits.upload_slots
+        # the ones that got a slot were cancelled by the watchdog, long before their 20 s deadline
+        assert time.perf_counter() - started < 10
+        assert set(codes) <= {
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        }
+        assert server.keys.entries() == []
+        assert not list((tmp_path / "keys").glob(".upload-*"))
+        assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=3).models

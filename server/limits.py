@@ -1,0 +1,120 @@
+"""Server-side limits that keep one caller from stalling everyone (issue 15, item 3).
+
+gRPC's synchronous Python server runs every call on one thread of a fixed pool. Eight key uploads
+that never send a byte used to hold all eight threads, so every other call, the analysis
+controller's included, waited for its deadline. Two mechanisms bound that:
+
+* :class:`Slots`: fail-fast admission. A call that needs a slot (a key upload, an evaluation) and
+  finds none free is answered at once with RESOURCE_EXHAUSTED, a retry hint in the message and
+  in the ``retry-after-s`` trailing metadata, instead of queueing on a pool thread. Uploads and
+  evaluations together hold at most ``upload_slots + evaluation_slots`` threads, fewer than the
+  pool (checked in :meth:`ServiceLimits.check`), so cheap calls always find a thread.
+* :class:`UploadWatchdog`: a timer per upload that cancels the call when the first chunk has not
+  arrived within ``first_chunk_seconds``, or when, after ``grace_seconds``, fewer than
+  ``min_bytes_per_second`` on average have arrived. The cancelled upload ends as any broken
+  upload does: its staging file is removed and nothing is stored.
+
+Evaluations cannot be interrupted once concrete runs them; each is bounded by the caller's
+deadline before it starts (``ClassifyBatch`` checks it between queries and releases the model
+between them), and by the slot count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import grpc
+
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    upload_slots: int = 2
+    evaluation_slots: int = 3  # one running per model lock, the rest waiting briefly
+    first_chunk_seconds: float = 10.0
+    grace_seconds: float = 10.0
+    min_bytes_per_second: float = 256 * 1024
+
+    def check(self, workers: int) -> None:
+        if min(self.upload_slots, self.evaluation_slots) < 1:
+            raise ValueError("upload and evaluation slots must be at least 1")
+        if self.upload_slots + self.evaluation_slots >= workers:
+            raise ValueError(
+                f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "
+                f"threads of the {workers}-thread pool for other calls; raise --workers"
+            )
+        if self.first_chunk_seconds <= 0 or self.grace_seconds < 0 or self.min_bytes_per_second < 0:
+            raise ValueError("upload time limits must be positive")
+
+
+class Slots:
+    """At most ``count`` holders at a time; nobody waits for a slot."""
+
+    def __init__(self, count: int, what: str):
+        self._semaphore = threading.BoundedSemaphore(count)
+        self.what = what
+
+    @contextmanager
+    def held(self, context) -> Iterator[None]:
+        if not self._semaphore.acquire(blocking=False):
+            context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the server is busy with other {self.what}; retry in {RETRY_AFTER_SECONDS} seconds",
+            )
+        try:
+            yield
+        finally:
+            self._semaphore.release()
+
+
+class UploadWatchdog:
+    """Cancels a streaming upload that is idle or too slow (see the module docstring)."""
+
+    def __init__(self, context, limits: ServiceLimits, clock: Callable[[], float] = time.monotonic):
+        self._context, self._limits, self._clock = context, limits, clock
+        self._started = clock()
+        self._bytes, self._chunks = 0, 0
+        self._stop = threading.Event()
+        self.reason = ""
+        self._thread = threading.Thread(target=self._watch, name="petlab-upload-watchdog", daemon=True)
+
+    def __enter__(self) -> UploadWatchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def finish(self) -> None:
+        """The last chunk has arrived: stop watching (verification may take a while)."""
+        self._stop.set()
+
+    def received(self, size: int) -> None:
+        self._chunks += 1
+        self._bytes += size
+
+    def _verdict(self) -> str:
+        elapsed = self._clock() - self._started
+        limits = self._limits
+        if self._chunks == 0 and elapsed > limits.first_chunk_seconds:
+            return f"no key chunk arrived within {limits.first_chunk_seconds:g} s"
+        if elapsed > limits.grace_seconds and self._bytes < limits.min_bytes_per_second * (
+            elapsed - limits.grace_seconds
+        ):
+            return f"the upload is slower than {limits.min_bytes_per_second:g} bytes per second"
+        return ""
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            reason = self._verdict()
+            if reason:
+                self.reason = reason
+                self._context.cancel()
+                return
