@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
+from numpy.typing import ArrayLike
 from petlab.crypto.knn_algorithms import (
     Plan,
     algorithm_of,
@@ -105,8 +106,14 @@ def build_model(
     settings: KnnSettings,
     class_names: Sequence[str] | None = None,
     feature_names: Sequence[str] | None = None,
+    public_bounds: tuple[ArrayLike, ArrayLike] | None = None,
 ) -> KnnModel:
-    """Fit, quantize, select and plan. ``labels`` are class indices 0..C-1."""
+    """Fit, quantize, select and plan. ``labels`` are class indices 0..C-1.
+
+    ``public_bounds`` (per-feature lows and highs from a public source) set the quantizer, which
+    :meth:`KnnModel.public_info` publishes to every client. Without them the quantizer is fitted
+    on the training set, and its bounds are then the training set's exact minima and maxima: fine
+    for experiments on public data, never for a server (``petlab-server`` always passes them)."""
     features = np.asarray(features, dtype=np.float64)
     labels = np.asarray(labels)
     if features.ndim != 2 or len(features) != len(labels):
@@ -116,7 +123,15 @@ def build_model(
     n_classes = int(labels.max()) + 1 if class_names is None else len(class_names)
     if n_classes < 2 or len(np.unique(labels)) < 2:
         raise ValueError("a classifier needs at least two classes; the training labels have one")
-    quantizer = MinMaxQuantizer.fit(features, settings.bits)
+    if public_bounds is None:
+        quantizer = MinMaxQuantizer.fit(features, settings.bits)
+    else:
+        lows, highs = (np.asarray(side, dtype=np.float64).tolist() for side in public_bounds)
+        quantizer = MinMaxQuantizer.from_dict({"bits": settings.bits, "lows": lows, "highs": highs})
+        if quantizer.n_features != features.shape[1]:
+            raise ValueError(
+                f"public bounds cover {quantizer.n_features} features, the data has {features.shape[1]}"
+            )
     levels = quantizer.transform(features)
     selection = select_training_points(
         levels,

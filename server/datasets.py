@@ -1,7 +1,18 @@
-"""Labelled training data for the data owner: scikit-learn's bundled sets or a CSV file.
+"""Labelled training data for the data owner: scikit-learn's bundled sets or a CSV file, and the
+public per-feature bounds its quantizer is published with.
 
 The split follows Ameur et al. (PSD 2022, Section 4.1): 20 % of the records held out for testing,
 the rest for training (stratified, seeded).
+
+Public bounds. Every client needs the quantizer's per-feature range, so it is published in
+``ModelInfo``. Fitted on the training set it would publish the exact minimum and maximum of every
+feature, each often a single record's value (on Iris, three of the four maxima belong to one
+record). So a server takes the ranges from a public source only: a bounds file for a CSV data set
+(:func:`load_bounds_file`: ``feature,low,high`` per line, from domain knowledge, a data dictionary
+or a previous public release), and for scikit-learn's bundled sets their published documentation
+(:func:`bundled_public_bounds`: the summary statistics printed in each data set's description,
+which are the minima and maxima of the whole published data set; the digits' pixel range 0-16).
+Queries outside the bounds are clipped (``crypto.quantization``).
 """
 
 from __future__ import annotations
@@ -82,3 +93,34 @@ def load_csv(path: Path, label_column: str = "label", name: str | None = None) -
         class_names=tuple(classes),
         feature_names=tuple(str(c) for c in frame.columns),
     )
+
+
+def bundled_public_bounds(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Published per-feature ranges of a bundled data set (module docstring): the whole published
+    data set's minima and maxima (its documented summary statistics), never a training split's;
+    for digits the documented pixel range [0, 16]."""
+    full = load_bundled(name)
+    if name == "digits":
+        d = full.features.shape[1]
+        return np.zeros(d), np.full(d, 16.0)
+    return full.features.min(axis=0), full.features.max(axis=0)
+
+
+def load_bounds_file(path: Path, feature_names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Public per-feature bounds from a CSV with columns ``feature,low,high``, one row per feature
+    of the data set (any order); every feature must be covered, with finite ``low < high``."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the bounds file {path}: {exc}") from None
+    if list(frame.columns) != ["feature", "low", "high"]:
+        raise ValueError(f"{path}: the columns must be feature,low,high")
+    table = {str(row.feature): (row.low, row.high) for row in frame.itertuples(index=False)}
+    missing = [f for f in feature_names if f not in table]
+    if missing or len(table) != len(frame):
+        raise ValueError(f"{path}: need exactly one row per feature; missing: {missing}")
+    lows = np.array([float(table[f][0]) for f in feature_names])
+    highs = np.array([float(table[f][1]) for f in feature_names])
+    if not (np.all(np.isfinite(lows)) and np.all(np.isfinite(highs)) and np.all(lows < highs)):
+        raise ValueError(f"{path}: bounds must be finite with low < high for every feature")
+    return lows, highs

@@ -37,7 +37,7 @@ from petlab.protos import (
 )
 from petlab.protos.limits import CHANNEL_OPTIONS
 from petlab.server.controller_service import ControllerServicer
-from petlab.server.datasets import BUNDLED, load_bundled, load_csv
+from petlab.server.datasets import BUNDLED, bundled_public_bounds, load_bounds_file, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
 from petlab.server.key_warmup import WarmupStore
 from petlab.server.knn_service import HostedModel, KnnServicer
@@ -76,6 +76,7 @@ class ServerOptions:
     # caller can reconstruct the training set from a handful of calls. For experiments only.
     enable_paillier_baseline: bool = False
     limits: ServiceLimits = field(default_factory=ServiceLimits)
+    bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
 
 
 @dataclass
@@ -106,9 +107,24 @@ def load_models(options: ServerOptions) -> dict[str, HostedModel]:
     for spec in options.models:
         name, _, csv_path = spec.partition("=")
         dataset = load_csv(Path(csv_path), options.label_column, name) if csv_path else load_bundled(name)
+        if name in options.bounds:
+            bounds = load_bounds_file(options.bounds[name], dataset.feature_names)
+        elif not csv_path:
+            bounds = bundled_public_bounds(name)
+        else:
+            raise ValueError(
+                f"model {name}: pass --bounds {name}=FILE with public per-feature ranges (feature,low,high); "
+                "the server never publishes its training set's own minima and maxima"
+            )
         train, _ = dataset.split()
         model = build_model(
-            name, train.features, train.labels, options.settings, train.class_names, train.feature_names
+            name,
+            train.features,
+            train.labels,
+            options.settings,
+            train.class_names,
+            train.feature_names,
+            public_bounds=bounds,
         )
         compiled = load_or_compile(model, default_config(model.algorithm), options.data_dir / "models")
         log.info(
@@ -293,6 +309,13 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
     serve.add_argument(
+        "--bounds",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models",
+    )
+    serve.add_argument(
         "--upload-slots",
         type=int,
         default=int(_env("UPLOAD_SLOTS", 2)),
@@ -330,6 +353,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="seconds to drain in-flight calls on shutdown",
     )
     args = parser.parse_args(argv)
+    bounds = {}
+    for item in args.bounds:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            parser.error(f"--bounds takes NAME=FILE, got {item!r}")
+        bounds[name] = Path(path)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     options = ServerOptions(
@@ -348,6 +377,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         tls_client_ca=args.tls_client_ca,
         allow_insecure=args.allow_insecure,
         enable_paillier_baseline=args.enable_paillier_baseline,
+        bounds=bounds,
         limits=ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,
