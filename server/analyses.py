@@ -21,6 +21,9 @@ SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.j
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
+DISCRETE_LEVELS = 20  # a predictor with at most this many distinct values is treated as categorical
+
+
 class AnalysisError(ValueError):
     """The spec is invalid or does not fit the data; the message says why, for a person."""
 
@@ -36,6 +39,13 @@ class Evaluated:
     residual_dof: int | None = None  # regressions
     query_sets: list[np.ndarray] = field(default_factory=list)  # boolean masks over the records
     never_release: str | None = None  # a rule that forbids this kind outright
+    # quantiles: the probabilities asked for, and records strictly below / above each quantile
+    probabilities: list[float] = field(default_factory=list)
+    quantile_sides: list[tuple[int, int]] = field(default_factory=list)
+    # regressions: the largest leverage h_ii, and the fewest records sharing one value of a
+    # discrete predictor (at most DISCRETE_LEVELS distinct values in the query set)
+    max_leverage: float | None = None
+    rarest_predictor_value: int | None = None
 
 
 def validate(spec: dict, data: pd.DataFrame) -> None:
@@ -96,11 +106,14 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
         probabilities = spec["probabilities"]
         values = subset[column].to_numpy(dtype=float)
         quantiles = np.quantile(values, probabilities).tolist() if len(values) else []
+        sides = [(int((values < q).sum()), int((values > q).sum())) for q in quantiles]
         return Evaluated(
             kind,
             {"probabilities": probabilities, "quantiles": quantiles, "n": len(values)},
             counts=pd.DataFrame({"count": [len(values)]}),
             query_sets=[mask],
+            probabilities=[float(p) for p in probabilities],
+            quantile_sides=sides,
         )
     if kind in ("min", "max"):
         return Evaluated(
@@ -163,4 +176,28 @@ def _regression(spec: dict, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated
         {"coefficients": dict(zip(names, coefficients, strict=False)), "n": len(subset), "residual_dof": dof},
         residual_dof=dof,
         query_sets=[mask],
+        max_leverage=_max_leverage(x),
+        rarest_predictor_value=_rarest_discrete_value(subset, predictors),
     )
+
+
+def _max_leverage(x: np.ndarray) -> float:
+    """The largest diagonal element of the hat matrix H = X (X^T X)^+ X^T: ||U_i||^2 over an
+    orthonormal basis U of X's column space. h_ii = 1 means the fit passes through record i
+    exactly, so its outcome can be read off the coefficients."""
+    if x.shape[0] == 0:
+        return 0.0
+    u, singular, _ = np.linalg.svd(x, full_matrices=False)
+    basis = u[:, singular > singular.max() * max(x.shape) * np.finfo(float).eps]
+    return float((basis**2).sum(axis=1).max())
+
+
+def _rarest_discrete_value(subset: pd.DataFrame, predictors: list[str]) -> int | None:
+    """Fewest records holding one value of a discrete predictor (None when none is discrete): a
+    value held by one record gives it its own coefficient-determined fit."""
+    rarest = None
+    for predictor in predictors:
+        counts = subset[predictor].value_counts()
+        if 0 < len(counts) <= DISCRETE_LEVELS:
+            rarest = int(counts.min()) if rarest is None else min(rarest, int(counts.min()))
+    return rarest

@@ -6,6 +6,11 @@ co-signature when the controller requires one). Each Next call recovers I_j from
 applies output checking and query-set-size control and returns the result, or aborts the session,
 withholds the output and records why. Malformed requests (a trace of the wrong length, an unknown or
 closed session) are refused with a gRPC status and leave the session as it was.
+
+Refusals name a category only ("withheld: disclosure control"): the exact reason (a cell count, a
+leverage, a set difference) is itself a figure computed from the confidential data, so it goes to
+the controller's log, never to the analyst. Any exception while interpreting an analysis ends the
+session with a generic abort; the traceback goes to the log.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from petlab.server.session_store import ABORTED, FINISHED, SessionStore
 
 log = logging.getLogger(__name__)
 MAX_SPEC_BYTES = 64 * 1024
+WITHHELD = "withheld: disclosure control"
 
 
 class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
@@ -99,25 +105,30 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             try:
                 new_state, spec_bytes = next_analysis(state, request.trace, revealed)
             except InvalidInstruction as exc:
-                return self._abort(session, position, f"the sequence was changed: {exc}")
+                return self._abort(session, position, str(exc), category=f"the sequence was changed: {exc}")
             try:
                 spec = json.loads(spec_bytes)
                 if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
                     raise AnalysisError("the spec is not a canonical JSON object")
                 evaluated = evaluate(spec, self._data)
-            except (ValueError, AnalysisError) as exc:
-                self._sessions.abort(session, f"analysis {position}: {exc}")
+            except (ValueError, AnalysisError) as exc:  # the spec's fault, stated without data
+                self._sessions.abort(session, f"analysis {position}: cannot run")
                 context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"analysis {position} cannot run, so the session is aborted: {exc}",
                 )
+            except Exception:  # never Python's message to the analyst; the session ends cleanly
+                log.exception("session %s: analysis %d failed", session.session_id, position)
+                return self._abort(session, position, "internal error", category="the analysis failed")
             decision = check(evaluated, self._rules)
             if not decision.release:
                 return self._abort(session, position, "output checking: " + "; ".join(decision.reasons))
             control = QuerySetControl(
                 len(self._data), self._rules.threshold, self._sessions.released_sets(session.analyst_key)
             )
-            violation = control.violation(evaluated.query_sets)
+            violation = control.violation(evaluated.query_sets) or control.isolated_record(
+                evaluated.query_sets
+            )
             if violation:
                 return self._abort(session, position, f"query-set-size control: {violation}")
             packed = [np.packbits(m) for m in evaluated.query_sets]
@@ -128,7 +139,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 result_json=json.dumps(evaluated.result, sort_keys=True),
             )
 
-    def _abort(self, session, position: int, reason: str):
-        self._sessions.abort(session, f"analysis {position}: {reason}")
+    def _abort(self, session, position: int, reason: str, category: str = WITHHELD):
+        """End the session: the analyst (and the session record) get ``category``; the exact
+        ``reason``, which may state figures from the confidential data, goes to the log only."""
+        public = f"analysis {position}: {category}"
+        self._sessions.abort(session, public)
         log.info("session %s aborted at analysis %d: %s", session.session_id, position, reason)
-        return controller_pb2.NextResponse(position=position, last=True, abort_reason=reason)
+        return controller_pb2.NextResponse(position=position, last=True, abort_reason=public)

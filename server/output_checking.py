@@ -10,7 +10,17 @@ and the decisions equal acro's on the same tables (``tests/test_output_checking.
 * p-percent (acro's p-ratio), p = 0.1: (total - two largest) / largest must be at least 0.1;
 * dominance is undefined with negative contributions: refused (acro asks for a human review);
 * regressions need at least ``dof_threshold`` = 10 residual degrees of freedom;
-* minima and maxima are single records' values and are never released.
+* minima and maxima are single records' values and are never released;
+* quantiles (beyond acro): only probabilities in ``quantile_probabilities`` (all strictly inside
+  (0, 1); 0 and 1 are the minimum and maximum), and each quantile needs ``threshold`` records
+  strictly below it and strictly above it (otherwise a set of quantiles at steps of 1/(n-1)
+  returns every value of the query set);
+* regressions (beyond acro): no leverage h_ii above ``max_leverage`` and no value of a discrete
+  predictor held by fewer than ``threshold`` records (a predictor value held by one record gives
+  that record its own exactly fitted parameter, so intercept plus slope is its outcome).
+
+Every reason below states an exact figure; reasons go to the controller's log only. The analyst is
+told the category ("withheld: disclosure control", ``controller_service``).
 """
 
 from __future__ import annotations
@@ -29,6 +39,14 @@ class Rules:
     nk_k: float = 0.9
     p_ratio: float = 0.1
     zeros_disclosive: bool = True
+    quantile_probabilities: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
+    max_leverage: float = 0.5
+    rare_predictor_values: bool = True
+
+
+# acro's own rules alone (what the differential tests compare against): no quantile or
+# regression rules beyond the residual degrees of freedom.
+ACRO_PARITY = Rules(max_leverage=1.0, rare_predictor_values=False)
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,19 @@ def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
             reasons.append(f"{int((counts == 0).sum())} cell(s) are empty, and zeros are disclosive")
     for contributions in evaluated.values:
         reasons += _dominance(contributions, rules)
+    for p in evaluated.probabilities:
+        if not 0 < p < 1 or not any(abs(p - allowed) < 1e-12 for allowed in rules.quantile_probabilities):
+            reasons.append(f"quantile probability {p} is not one of {list(rules.quantile_probabilities)}")
+    for below, above in evaluated.quantile_sides:
+        if min(below, above) < rules.threshold:
+            reasons.append(
+                f"a quantile has {min(below, above)} record(s) on one side, fewer than {rules.threshold}"
+            )
+    if evaluated.max_leverage is not None and evaluated.max_leverage > rules.max_leverage:
+        reasons.append(f"a record has leverage {evaluated.max_leverage:.3f} > {rules.max_leverage}")
+    rarest = evaluated.rarest_predictor_value
+    if rules.rare_predictor_values and rarest is not None and rarest < rules.threshold:
+        reasons.append(f"a predictor value is held by {rarest} record(s), fewer than {rules.threshold}")
     if evaluated.residual_dof is not None and evaluated.residual_dof < rules.dof_threshold:
         reasons.append(
             f"the regression has {evaluated.residual_dof} residual degrees of freedom, "

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 
 import grpc
+import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from petlab.client.analyst import certify, keygen, main, prepare, run
@@ -15,6 +17,9 @@ from petlab.crypto.instructions import canonical_json
 from petlab.crypto.trace_chain import public_key_pem, seal
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.server.analyses import evaluate
+from petlab.server.output_checking import ACRO_PARITY, check
+from petlab.server.query_set_control import QuerySetControl
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()
@@ -80,11 +85,13 @@ def test_sequence_runs_to_the_end(channel):
     assert sum(table["cells"].values()) == 5000
 
 
-def test_disclosive_output_aborts_and_hides_the_rest(channel):
+def test_disclosive_output_aborts_and_hides_the_rest(channel, caplog):
     document = prepare([GOOD[0], {"type": "max", "column": "hpw"}, GOOD[1]], ANALYST)
     out = io.StringIO()
-    assert run(document, channel, out=out) == 3
-    assert "analysis 2: ABORTED" in out.getvalue() and "single record" in out.getvalue()
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+        assert run(document, channel, out=out) == 3
+    assert "analysis 2: ABORTED" in out.getvalue() and "withheld: disclosure control" in out.getvalue()
+    assert "single record" not in out.getvalue() and "single record" in caplog.text
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
     assert (
         status_of(stub.Next, controller_pb2.NextRequest(session_id="0" * 32, trace=b"\x00" * 64))
@@ -92,7 +99,7 @@ def test_disclosive_output_aborts_and_hides_the_rest(channel):
     )
 
 
-def test_tracker_attack_through_the_service(channel, server):
+def test_tracker_attack_through_the_service(channel, server, caplog):
     document = prepare(
         [
             {"type": "count", "where": {"sex": {"eq": 1}}},
@@ -101,8 +108,11 @@ def test_tracker_attack_through_the_service(channel, server):
         ANALYST,
     )
     out = io.StringIO()
-    assert run(document, channel, out=out) == 3
-    assert "query-set-size control" in out.getvalue()
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+        assert run(document, channel, out=out) == 3
+    refusal = out.getvalue().splitlines()[-2]
+    assert refusal == "analysis 2: ABORTED: analysis 2: withheld: disclosure control"
+    assert "query-set-size control" in caplog.text  # the exact figure stays in the log
 
 
 def test_changed_or_malformed_traces(channel):
@@ -241,3 +251,125 @@ def test_command_line(tmp_path, server, capsys):
     analyses.write_text(json.dumps([{"type": "mean", "colum": "age"}]))
     assert main(["prepare", str(analyses), "--key", str(key), "--out", str(sequence)]) == 2
     assert "analysis 1 is invalid" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- attacks (issue 14)
+
+DATA = pd.read_csv(acs_sample_path())
+
+
+def _four_set_tracker() -> list[dict]:
+    """Four means, each over a large set and pairwise far apart, whose inclusion-exclusion is the
+    one record in A and B: mean(A) n_A + mean(B) n_B + mean(neither) n_neither - mean(all) N."""
+    men = DATA.sex == 1
+    for column in ("occ", "age", "edu", "waob", "rel"):
+        for value, group in DATA.groupby(column):
+            if len(group) > 10 and int((group.sex == 1).sum()) == 1:
+                value = int(value)
+                return [
+                    {"type": "mean", "column": "hpw", "where": {"sex": {"eq": 1}}},
+                    {"type": "mean", "column": "hpw", "where": {column: {"eq": value}}},
+                    {
+                        "type": "mean",
+                        "column": "hpw",
+                        "where": {"sex": {"ne": 1}, column: {"ne": int(value)}},
+                    },
+                    {"type": "mean", "column": "hpw"},
+                ]
+    raise AssertionError(f"no single-man group found ({int(men.sum())} men)")
+
+
+def test_four_set_tracker_is_refused(channel, caplog):
+    """Attack: pairwise query-set control let this sequence through, and the four released means
+    gave the hours worked of the one man in B exactly. The span audit refuses the fourth."""
+    tracker = _four_set_tracker()
+    old_control = QuerySetControl(len(DATA), 10)
+    masks = [evaluate(spec, DATA).query_sets[0] for spec in tracker]
+    assert old_control.violation(masks) is None  # what the old code checked: all pairs pass
+    out = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+        assert run(prepare(tracker, ANALYST), channel, out=out) == 3
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == [
+        "analysis 1",
+        "analysis 2",
+        "analysis 3",
+        "analysis 4",
+    ]
+    assert lines[3] == "analysis 4: ABORTED: analysis 4: withheld: disclosure control"
+    assert "linear combination" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "probabilities",
+    [[0, 1], [0.0, 0.5], [1.0], [0.05], [i / 9 for i in range(10)]],
+)
+def test_quantiles_cannot_return_records(probabilities):
+    """Attack: [0, 1] returned the minimum and maximum that min/max refuse, and [0, 1/9, ..., 1] on
+    a 10-record set returned all ten values."""
+    ten = DATA.index[DATA.age == 27][:10]
+    frame = DATA.loc[ten] if probabilities[-1] == 1 and len(probabilities) == 10 else DATA
+    decision = check(evaluate({"type": "quantiles", "column": "hpw", "probabilities": probabilities}, frame))
+    assert not decision.release
+
+
+def test_quantiles_in_the_allowed_set_are_released():
+    spec = {"type": "quantiles", "column": "hpw", "probabilities": [0.25, 0.5, 0.75]}
+    assert check(evaluate(spec, DATA)).release
+
+
+def test_single_record_regression_is_refused():
+    """Attack: where exactly one record of the query set has some predictor value, least squares
+    fits it exactly, so intercept + slope is that person's outcome."""
+    for value in sorted(DATA.occ.unique()):
+        subset = DATA[(DATA.age == 27) & DATA.occ.isin([value, 23])]
+        if (subset.occ == value).sum() == 1 and len(subset) >= 13 and value != 23:
+            break
+    else:
+        raise AssertionError("no single-record predictor value found")
+    spec = {
+        "type": "regression",
+        "outcome": "hpw",
+        "predictors": ["occ"],
+        "where": {"age": {"eq": 27}, "occ": {"in": [int(value), 23]}},
+    }
+    evaluated = evaluate(spec, DATA)
+    assert evaluated.residual_dof >= 10  # the old rule alone released it
+    assert check(evaluated, ACRO_PARITY).release
+    assert evaluated.max_leverage == pytest.approx(1.0)
+    assert not check(evaluated).release
+
+
+def test_refusals_name_no_figures(channel):
+    """Refusal texts used to state exact withheld counts ("leaves out only 2 records", "1 cell is
+    empty"). The analyst now sees a category only."""
+    attempts = [
+        [{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}],
+        [{"type": "frequency", "rows": "race", "columns": "waob"}],
+        [{"type": "count", "where": {"age": {"ne": 64}}}],
+    ]
+    for specs in attempts:
+        out = io.StringIO()
+        run(prepare(specs, ANALYST), channel, out=out)
+        refusal = out.getvalue().splitlines()[0]
+        assert refusal.endswith("withheld: disclosure control"), refusal
+        assert not any(ch.isdigit() for ch in refusal.replace("analysis 1", "")), refusal
+
+
+def test_broken_spec_ends_the_session_cleanly(channel):
+    """A spec that makes the interpreter fail (deeply nested values, wrong types) gives a generic
+    abort, never UNKNOWN with Python's message, and the session is over."""
+    nested: dict = {"eq": 1}
+    for _ in range(200):
+        nested = {"eq": nested}
+    for bad in (
+        {"type": "count", "where": {"age": nested}},
+        {"type": "mean", "column": "hpw", "where": {"age": {"between": ["a", {}]}}},
+    ):
+        out = io.StringIO()
+        try:
+            status = run(prepare([bad], ANALYST), channel, out=out)
+        except grpc.RpcError as exc:  # refused as invalid input: a documented status, not UNKNOWN
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.details()
+            continue
+        assert status != 0 and "Traceback" not in out.getvalue()
