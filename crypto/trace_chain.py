@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from petlab.crypto.ed25519_points import check_public_key
 from petlab.crypto.instructions import SIZE, InvalidInstruction, decode, encode, resolve
 
 ANALYST_DOMAIN = b"petlab/tit-for-tat/v1/analyst-T0:"
@@ -146,6 +147,10 @@ def load_public_key(data: bytes) -> Ed25519PublicKey:
         raise ValueError(f"not an Ed25519 public key: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise ValueError("not an Ed25519 public key")
+    try:
+        check_public_key(public_key_bytes(key))
+    except ValueError as exc:
+        raise ValueError(f"weak Ed25519 public key: {exc}") from None
     return key
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import grpc
 import numpy as np
@@ -49,10 +50,18 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         sessions: SessionStore,
         rules: Rules | None = None,
         authority_key: Ed25519PublicKey | None = None,
+        analysts: frozenset[bytes] | None = None,
+        cooldown_seconds: float = 0.0,
     ):
+        """``analysts``: raw public keys allowed to analyse (an allow-list); with an
+        ``authority_key`` a key outside the list may still analyse with the authority's
+        co-signature; with neither, anyone may (``--open-analysis``, for demos). After an abort,
+        the same identity may open no session for ``cooldown_seconds``."""
         self._data, self._sessions = data, sessions
         self._rules = rules or Rules()
         self._authority = authority_key
+        self._analysts = analysts
+        self._cooldown = cooldown_seconds
 
     @logged_unary
     def OpenSession(self, request, context):
@@ -64,17 +73,28 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             analyst = load_public_key(request.analyst_public_key)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"analyst public key: {exc}")
+        identity = public_key_bytes(analyst)
+        listed = self._analysts is not None and identity in self._analysts
+        if self._analysts is not None and not listed and self._authority is None:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "this analyst key is not registered here")
         try:
             verify_seal(
                 request.first_trace,
                 analyst,
                 request.analyst_signature,
-                self._authority,
-                request.authority_signature or None,
+                None if listed else self._authority,
+                None if listed else (request.authority_signature or None),
             )
         except ValueError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        session = self._sessions.open(public_key_bytes(analyst), request.first_trace)
+        aborted = self._sessions.last_abort(identity)
+        if self._cooldown and aborted is not None and time.time() - aborted < self._cooldown:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "an analysis of yours was withheld recently; this controller opens no new session for "
+                f"you until {self._cooldown:g} s after it",
+            )
+        session = self._sessions.open(identity, request.first_trace)
         if session is None:
             context.abort(
                 grpc.StatusCode.ALREADY_EXISTS,

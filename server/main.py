@@ -36,6 +36,12 @@ from petlab.protos import (
     paillier_pb2_grpc,
 )
 from petlab.protos.limits import CHANNEL_OPTIONS
+from petlab.server.analysis_options import (
+    add_analysis_arguments,
+    check_identity_gate,
+    load_analysts,
+    load_rules,
+)
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, bundled_public_bounds, load_bounds_file, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
@@ -72,6 +78,10 @@ class ServerOptions:
     allow_insecure: bool = False
     analysis_data: Path | None = None
     authority_key: Path | None = None
+    analysts: Path | None = None
+    open_analysis: bool = False
+    rules: Path | None = None
+    analysis_cooldown_seconds: float = 3600.0
     # The interactive Paillier baseline answers distances and labels for any query and indices: a
     # caller can reconstruct the training set from a handful of calls. For experiments only.
     enable_paillier_baseline: bool = False
@@ -151,7 +161,11 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     options.limits.check(options.workers)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
+    if options.analysis_data:
+        check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
     analysis_data = load_analysis_data(options.analysis_data) if options.analysis_data else None
+    rules = load_rules(options.rules)
+    analysts = load_analysts(options.analysts) if options.analysts else None
     authority = load_public_key(options.authority_key.read_bytes()) if options.authority_key else None
     keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds)
     server = grpc.server(
@@ -178,7 +192,15 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     if analysis_data is not None:
         sessions = SessionStore(options.data_dir / "sessions.sqlite")
         controller_pb2_grpc.add_AnalysisControllerServicer_to_server(
-            ControllerServicer(analysis_data, sessions, authority_key=authority), server
+            ControllerServicer(
+                analysis_data,
+                sessions,
+                rules,
+                authority_key=authority,
+                analysts=analysts,
+                cooldown_seconds=options.analysis_cooldown_seconds,
+            ),
+            server,
         )
         services.append(CONTROLLER_SERVICE)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -308,6 +330,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         default=_env_flag("ALLOW_INSECURE"),
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
+    add_analysis_arguments(serve, _env)
     serve.add_argument(
         "--bounds",
         action="append",
@@ -378,6 +401,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         allow_insecure=args.allow_insecure,
         enable_paillier_baseline=args.enable_paillier_baseline,
         bounds=bounds,
+        analysis_data=args.analysis_data,
+        authority_key=args.authority_key,
+        analysts=args.analysts,
+        open_analysis=args.open_analysis,
+        rules=args.rules,
+        analysis_cooldown_seconds=args.analysis_cooldown_seconds,
         limits=ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,

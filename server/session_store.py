@@ -38,14 +38,17 @@ class SessionStore:
         self.lock = threading.RLock()
         self._db.executescript(
             "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, analyst_key BLOB NOT NULL,"
-            " first_trace BLOB NOT NULL UNIQUE, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
-            " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL);"
+            " first_trace BLOB NOT NULL, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
+            " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL,"
+            " UNIQUE (analyst_key, first_trace));"
             "CREATE TABLE IF NOT EXISTS query_sets (analyst_key BLOB NOT NULL, mask BLOB NOT NULL);"
         )
         self._db.commit()
 
     def open(self, analyst_key: bytes, first_trace: bytes) -> Session | None:
-        """A new session, or None if this T_0 was already used (a replayed sequence)."""
+        """A new session, or None if this analyst already used this T_0 (a replayed sequence).
+        T_0 is unique per analyst identity: someone else who saw a victim's T_0 and opens a
+        session with it under their own key does not lock the victim out."""
         session_id = secrets.token_hex(16)
         now = time.time()
         with self.lock:
@@ -88,6 +91,15 @@ class SessionStore:
                 (ABORTED, reason, time.time(), session.session_id),
             )
             self._db.commit()
+
+    def last_abort(self, analyst_key: bytes) -> float | None:
+        """When this analyst's most recent session was aborted (seconds since the epoch), if ever."""
+        with self.lock:
+            row = self._db.execute(
+                "SELECT MAX(updated) FROM sessions WHERE analyst_key = ? AND status = ?",
+                (analyst_key, ABORTED),
+            ).fetchone()
+        return row[0] if row and row[0] is not None else None
 
     def released_sets(self, analyst_key: bytes) -> list[np.ndarray]:
         with self.lock:

@@ -14,10 +14,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from petlab.client.analyst import certify, keygen, main, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.crypto.instructions import canonical_json
-from petlab.crypto.trace_chain import public_key_pem, seal
+from petlab.crypto.trace_chain import ANALYST_DOMAIN, public_key_pem, seal
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.server.analyses import evaluate
+from petlab.server.main import parse_args
 from petlab.server.output_checking import ACRO_PARITY, check
 from petlab.server.query_set_control import QuerySetControl
 
@@ -34,7 +35,9 @@ GOOD = [
 
 @pytest.fixture()
 def server(serve, tmp_path):
-    with serve(tmp_path, analysis_data=acs_sample_path()) as running:
+    with serve(
+        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, analysis_cooldown_seconds=0
+    ) as running:
         yield running
 
 
@@ -45,15 +48,16 @@ def channel(server):
 
 
 def open_session(stub, document: dict) -> str:
-    return stub.OpenSession(
-        controller_pb2.OpenSessionRequest(
-            first_trace=bytes.fromhex(document["traces"][0]),
-            analyst_public_key=document["analyst_public_key"].encode(),
-            analyst_signature=bytes.fromhex(document["analyst_signature"]),
-            authority_signature=bytes.fromhex(document["authority_signature"] or ""),
-        ),
-        timeout=30,
-    ).session_id
+    return stub.OpenSession(session_request(document), timeout=30).session_id
+
+
+def session_request(document: dict) -> controller_pb2.OpenSessionRequest:
+    return controller_pb2.OpenSessionRequest(
+        first_trace=bytes.fromhex(document["traces"][0]),
+        analyst_public_key=document["analyst_public_key"].encode(),
+        analyst_signature=bytes.fromhex(document["analyst_signature"]),
+        authority_signature=bytes.fromhex(document["authority_signature"] or ""),
+    )
 
 
 def reveal(stub, session_id: str, document: dict, j: int):
@@ -194,14 +198,14 @@ def test_bad_specs_abort_with_invalid_argument(channel, spec, message):
 def test_sessions_survive_a_restart(serve, tmp_path):
     document = prepare(GOOD[:3], ANALYST)
     with (
-        serve(tmp_path, analysis_data=acs_sample_path()) as first,
+        serve(tmp_path, analysis_data=acs_sample_path(), open_analysis=True) as first,
         make_channel(f"127.0.0.1:{first.port}") as channel,
     ):
         stub = controller_pb2_grpc.AnalysisControllerStub(channel)
         session = open_session(stub, document)
         assert reveal(stub, session, document, 1).position == 1
     with (
-        serve(tmp_path, analysis_data=acs_sample_path()) as second,
+        serve(tmp_path, analysis_data=acs_sample_path(), open_analysis=True) as second,
         make_channel(f"127.0.0.1:{second.port}") as channel,
     ):
         stub = controller_pb2_grpc.AnalysisControllerStub(channel)
@@ -373,3 +377,52 @@ def test_broken_spec_ends_the_session_cleanly(channel):
             assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.details()
             continue
         assert status != 0 and "Traceback" not in out.getvalue()
+
+
+def test_analysis_needs_registered_identities(serve, tmp_path):
+    """A server refuses to serve analysis data with no allow-list and no authority unless told
+    --open-analysis; with an allow-list, a fresh key per question is refused outright."""
+    with (
+        pytest.raises(ValueError, match="registered analysts"),
+        serve(tmp_path, analysis_data=acs_sample_path()),
+    ):
+        pass
+    allow = tmp_path / "analysts.pem"
+    allow.write_bytes(public_key_pem(ANALYST.public_key()))
+    options, _ = parse_args(
+        [
+            "serve",
+            "--analysis-data",
+            str(acs_sample_path()),
+            "--analysts",
+            str(allow),
+            "--analysis-cooldown-seconds",
+            "60",
+        ]
+    )
+    assert options.analysts == allow and options.analysis_cooldown_seconds == 60
+    settings = {"analysis_data": options.analysis_data, "analysts": allow, "analysis_cooldown_seconds": 60}
+    with serve(tmp_path / "srv", **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
+        stranger = Ed25519PrivateKey.generate()
+        stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+        denied = status_of(stub.OpenSession, session_request(prepare(GOOD[:1], stranger)))
+        assert denied == grpc.StatusCode.PERMISSION_DENIED
+        out = io.StringIO()
+        assert run(prepare([{"type": "max", "column": "hpw"}], ANALYST), channel, out=out) == 3
+        # after an abort the identity waits out the cool-down
+        waiting = status_of(stub.OpenSession, session_request(prepare(GOOD[:1], ANALYST)))
+        assert waiting == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
+    """Attack: anyone who saw a victim's T_0 could open a session with it first (signing it with
+    their own key) and lock the victim out. T_0 is now unique per analyst identity."""
+    victim = prepare(GOOD[:1], ANALYST)
+    squatter = Ed25519PrivateKey.generate()
+    stolen = dict(victim)
+    stolen["analyst_public_key"] = public_key_pem(squatter.public_key()).decode()
+    stolen["analyst_signature"] = squatter.sign(ANALYST_DOMAIN + bytes.fromhex(victim["traces"][0])).hex()
+    stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+    open_session(stub, stolen)
+    out = io.StringIO()
+    assert run(victim, channel, out=out) == 0
