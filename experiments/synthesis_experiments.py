@@ -17,7 +17,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from petlab.plaindata.adaptive.hierarchies import Quadtree
-from petlab.plaindata.adaptive.histograms import improved_histogram, measure_leaves, synthesize_from_counts
+from petlab.plaindata.adaptive.histograms import (
+    default_threshold,
+    improved_histogram,
+    measure_leaves,
+    synthesize_from_counts,
+)
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.metrics.classifiers import classifier_comparison, distinguishing_accuracy
 from petlab.plaindata.metrics.commute import (
@@ -100,7 +105,7 @@ def adaptive_experiments(workers: int, seed: int, epsilons, max_depth: int, prog
     for eps in epsilons:
         noise, rng = SeededNoise(seed), np.random.default_rng(seed)
         domain = Quadtree(4)
-        tree = improved_histogram(points, domain, eps, np.log(16) / eps + 1, noise=noise)
+        tree = improved_histogram(points, domain, eps, default_threshold(eps, domain.branching), noise=noise)
         synthetic = synthesize_from_counts(domain, measure_leaves(points, domain, tree, eps, noise), rng)
         emd = earthmover_approximation(points, synthetic, max_depth) / len(points)
         for depth, value in enumerate(emd):

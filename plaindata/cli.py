@@ -16,6 +16,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from petlab.plaindata.diagnostics import write_diagnostics
+
+DIAGNOSTICS_HELP = (
+    "write figures computed from the confidential data (not covered by the privacy statement) to this "
+    "owner-only JSON file; they are never printed"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--xwalk", type=Path, required=True, help="crosswalk with blklatdd, blklondd")
         command.add_argument("--out", type=Path, required=True, help="synthetic O/D file (.csv or .csv.gz)")
         command.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
+        command.add_argument("--diagnostics", type=Path, help=DIAGNOSTICS_HELP)
     onthemap.add_argument("--eps", type=float, default=4.6)
     onthemap.add_argument("--delta", type=float, default=1e-5)
     onthemap.add_argument("--cell-miles", type=float, default=1.0, help="grid cell for distance bands")
@@ -116,15 +123,10 @@ def _synthesize(args) -> int:
             show_progress=True,
         )
         out_d, out_o, out_c = result.destination, result.origin, result.count
-        report = [
-            *result.privacy.lines(),
-            f"{result.stats['suppressed_pairs']} O/D pairs beyond the last distance band suppressed; "
-            f"{result.stats['rejected_draws']} destination draws rejected (accept/reject)",
-            f"{result.stats['workers_from_empty_blocks']} of {result.stats['workers']} synthetic workers "
-            "placed in blocks with no real commuter to their destination (mean prior mass per "
-            f"destination {result.stats['mean_prior_mass']:.0f})",
-        ]
+        report = list(result.privacy.lines())
+        diagnostics = dict(result.stats)
     else:
+        diagnostics = {}
         out_d, out_o, out_c, report = _adaptive(
             args, destination, origin, count, latitude, longitude, rng, seeded
         )
@@ -133,6 +135,9 @@ def _synthesize(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     synthetic.to_csv(args.out, index=False)
     print(f"wrote {args.out}: {len(synthetic)} O/D pairs, {int(synthetic.S000.sum())} workers")
+    if args.diagnostics and diagnostics:
+        write_diagnostics(args.diagnostics, diagnostics)
+        print(f"confidential diagnostics (not for release) in {args.diagnostics}")
     if seeded:
         report.append("seeded run: reproducible randomness, NOT for release")
     print("privacy report:\n  " + "\n  ".join(report))
@@ -164,6 +169,7 @@ def _add_plausible(commands) -> None:
     plausible.add_argument("--max-check-plausible", type=int)
     plausible.add_argument("--max-candidates", type=int, help="give up after this many (default 100 x count)")
     plausible.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
+    plausible.add_argument("--diagnostics", type=Path, help=DIAGNOSTICS_HELP)
 
 
 def _plausible(args) -> int:
@@ -201,30 +207,40 @@ def _plausible(args) -> int:
     print(f"learning the model from {len(codes)} records of {data_path} ...", file=sys.stderr)
     fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng, noise)
     run = synthesize(fitted, args.count, config, rng, noise, args.max_candidates, show_progress=True)
+    if args.diagnostics:
+        write_diagnostics(
+            args.diagnostics,
+            {"candidates": run.candidates, "passed": len(run.records), "pass_rate": run.pass_rate},
+        )
+    if len(run.records) < args.count:
+        # Theorem 1 covers each released record, not the event "fewer passed than asked": release
+        # nothing rather than a count that depends on the data (issue 16).
+        print(
+            "petlab-synth: the candidate budget (--max-candidates) ran out before --count records passed "
+            "the privacy test; nothing was released",
+            file=sys.stderr,
+        )
+        return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
     schema.decode(run.records)[list(frame.columns)].to_csv(args.out, index=False)
     order = " -> ".join(schema.names[i] for i in fitted.model.order)
     kept = ", ".join(schema.names[i] for i in fitted.model.kept(config.omega)) or "none"
     print(
-        f"wrote {args.out}: {len(run.records)} records released of {run.candidates} candidates "
-        f"(pass rate {run.pass_rate:.1%}); dependency order {order}; kept from the seed: {kept}"
+        f"wrote {args.out}: {len(run.records)} records; dependency order {order}; kept from the seed: {kept}"
     )
     report = PlausiblePrivacyReport.of(fitted, config, len(run.records)).lines()
-    if len(run.records) < args.count:
-        report.append(f"only {len(run.records)} of the {args.count} requested records passed the test")
     if seeded:
         report.append("seeded run: reproducible randomness, NOT for release")
     print("privacy report:\n  " + "\n  ".join(report))
-    return 0 if len(run.records) == args.count else 1
+    return 0
 
 
 def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded):
     """Workers as points of [0, 1]^4 (home lat/lon, work lat/lon; Section 5.1), synthesized,
     then snapped back to the nearest blocks (public geography: post-processing)."""
-    import math
-
     from petlab.plaindata.adaptive import histograms as adaptive
     from petlab.plaindata.adaptive.hierarchies import Quadtree
+    from petlab.plaindata.dp.accounting import report_lines
     from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
     from petlab.plaindata.metrics.commute import to_unit_cube
     from scipy.spatial import cKDTree
@@ -235,26 +251,25 @@ def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded
     unit = to_unit_cube(coordinates, low, high)
     points = np.hstack([unit[np.repeat(origin, count)], unit[np.repeat(destination, count)]])
     domain = Quadtree(4)
-    threshold = args.threshold if args.threshold is not None else math.log(16) / args.eps + 1
+    threshold = (
+        args.threshold
+        if args.threshold is not None
+        else adaptive.default_threshold(args.eps, domain.branching)
+    )
     if args.method == "direct":
         synthetic = adaptive.direct_synthesis(points, domain, args.eps, args.depth, rng, noise)
-        report = [f"direct synthesis (Figures 3-4), max depth {args.depth}: epsilon = {args.eps:g}"]
+        costs = [adaptive.direct_synthesis_cost(args.eps, args.depth)]
     else:
         if args.method == "basic":
             tree = adaptive.basic_histogram(points, domain, args.eps, threshold, args.depth, noise)
-            cost = args.eps * args.depth
-            name = f"basic adaptive histogram (Figure 1, depth {args.depth}): epsilon = {cost:g}"
+            costs = [adaptive.basic_cost(args.eps, args.depth)]
         else:
             tree = adaptive.improved_histogram(points, domain, args.eps, threshold, noise=noise)
-            cost = 2 * args.eps
-            name = f"improved adaptive histogram (Figure 2, Theorem 3): epsilon = {cost:g}"
+            costs = [adaptive.improved_cost(args.eps)]
         counts = adaptive.measure_leaves(points, domain, tree, args.eps, noise)
         synthetic = adaptive.synthesize_from_counts(domain, counts, rng)
-        report = [
-            name,
-            f"leaf re-measurement: epsilon = {args.eps:g}",
-            f"total: epsilon = {cost + args.eps:g}",
-        ]
+        costs.append(adaptive.leaf_measurement_cost(args.eps))
+    report = report_lines(costs)
     index = cKDTree(unit)
     _, home = index.query(synthetic[:, :2])
     _, work = index.query(synthetic[:, 2:])

@@ -1,6 +1,8 @@
 """``petlab-synth`` end to end on a tiny generated state: files written, privacy report printed,
 clear errors for bad input."""
 
+import json
+
 import pandas as pd
 from petlab.plaindata.cli import main
 
@@ -9,9 +11,20 @@ def test_onthemap_and_adaptive_commands(tmp_path, capsys):
     assert main(["commute-data", "--workers", "800", "--seed", "4", "--out", str(tmp_path)]) == 0
     od, xwalk = tmp_path / "od_main_JT00.csv.gz", tmp_path / "xwalk.csv.gz"
     common = ["--od", str(od), "--xwalk", str(xwalk), "--seed", "1"]
-    assert main(["onthemap", *common, "--out", str(tmp_path / "otm.csv.gz")]) == 0
-    report = capsys.readouterr().out
+    diagnostics = tmp_path / "diag" / "otm.json"
+    assert (
+        main(["onthemap", *common, "--out", str(tmp_path / "otm.csv.gz"), "--diagnostics", str(diagnostics)])
+        == 0
+    )
+    printed = capsys.readouterr()
+    report = printed.out
     assert "epsilon' = 8.5686" in report and "NOT for release" in report
+    # issue 16: suppressed pairs, rejected draws and prior mass are confidential figures
+    for confidential in ("suppressed", "rejected", "prior mass", "no real commuter"):
+        assert confidential not in (printed.out + printed.err).lower()
+    figures = json.loads(diagnostics.read_text())
+    assert figures["confidential"] is True and "suppressed_pairs" in figures and "rejected_draws" in figures
+    assert diagnostics.stat().st_mode & 0o777 == 0o600
     synthetic = pd.read_csv(tmp_path / "otm.csv.gz", dtype={"w_geocode": str, "h_geocode": str})
     original = pd.read_csv(od, dtype={"w_geocode": str, "h_geocode": str})
     assert list(synthetic.columns) == ["w_geocode", "h_geocode", "S000"]
@@ -45,8 +58,11 @@ def test_plausible_command(tmp_path, capsys):
         ["plausible", "--count", "300", "--k", "10", "--omega", "9", "--seed", "2", "--out", str(out)]
     )
     assert code == 0
-    text = capsys.readouterr().out
-    assert "300 records released" in text and "Theorem 1" in text and "NOT for release" in text
+    printed = capsys.readouterr()
+    text = printed.out
+    assert "300 records" in text and "Theorem 1" in text and "NOT for release" in text
+    # issue 16: the candidate count and pass rate are not covered by Theorem 1
+    assert "pass" not in (printed.out + printed.err).lower() and "candidates" not in printed.out + printed.err
     from petlab.plaindata import acs_sample_path
 
     original = pd.read_csv(acs_sample_path())
@@ -63,3 +79,31 @@ def test_plausible_command_errors(tmp_path, capsys):
     assert "--count" in capsys.readouterr().err
     assert main(["plausible", "--count", "5", "--gamma", "0.5", "--out", str(tmp_path / "o.csv")]) == 2
     assert "gamma" in capsys.readouterr().err
+
+
+def test_plausible_releases_nothing_when_the_budget_runs_out(tmp_path, capsys):
+    """Theorem 1 covers each released record, not how many passed: when fewer than --count pass
+    within the candidate budget, nothing is written, and the figures go to --diagnostics only."""
+    out, diagnostics = tmp_path / "synthetic.csv", tmp_path / "diag.json"
+    code = main(
+        [
+            "plausible",
+            "--count",
+            "300",
+            "--k",
+            "10",
+            "--seed",
+            "2",
+            "--max-candidates",
+            "50",
+            "--out",
+            str(out),
+            "--diagnostics",
+            str(diagnostics),
+        ]
+    )
+    printed = capsys.readouterr()
+    assert code == 1 and not out.exists() and "nothing was released" in printed.err
+    assert not any(ch.isdigit() for ch in printed.err.split("nothing was released")[0].split("--count")[-1])
+    figures = json.loads(diagnostics.read_text())
+    assert figures["confidential"] is True and figures["candidates"] == 50

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 
 
@@ -53,6 +54,41 @@ class Tree:
 
     def leaf_paths(self) -> dict[tuple[int, ...], float]:
         return {self.path(node): count for node, count in self.leaves.items()}
+
+
+def default_threshold(epsilon: float, branching: int) -> float:
+    """The split threshold the CLI and experiments use: ln(branching) / eps + 1, just above the
+    floor ln(branching) / eps that :func:`improved_histogram` requires (Theorem 3's remark)."""
+    _check_epsilon(epsilon)
+    return math.log(branching) / epsilon + 1
+
+
+def basic_cost(epsilon: float, depth: int) -> PrivacyCost:
+    """Figure 1: a noisy count per level of the path a record follows (Corollary 2's e^{eps B})."""
+    return PrivacyCost(
+        epsilon * depth, 0.0, f"basic adaptive histogram (Figure 1, depth {depth})", "Corollary 2"
+    )
+
+
+def improved_cost(epsilon: float) -> PrivacyCost:
+    """Figure 2 with the discount of Theorem 3: 2 eps whatever the depth."""
+    return PrivacyCost(2 * epsilon, 0.0, "improved adaptive histogram (Figure 2)", "Theorem 3")
+
+
+def leaf_measurement_cost(epsilon: float) -> PrivacyCost:
+    """One Laplace count per leaf; the leaves partition the domain (parallel composition)."""
+    return PrivacyCost(epsilon, 0.0, "leaf re-measurement", "Laplace mechanism over a partition")
+
+
+def direct_synthesis_cost(epsilon: float, depth: int) -> PrivacyCost:
+    """Figures 3-4: the noisy total and one noisy count per level, each Lap((depth + 1) / eps) on
+    disjoint nodes within a level: eps in all (module docstring); sampling is post-processing."""
+    return PrivacyCost(
+        epsilon,
+        0.0,
+        f"direct synthesis (Figures 3-4, max depth {depth})",
+        "depth + 1 measurements of eps/(depth + 1)",
+    )
 
 
 def _check_epsilon(epsilon: float) -> None:

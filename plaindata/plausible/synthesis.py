@@ -289,7 +289,7 @@ def synthesize(
             released.append(accepted)
             have += len(accepted)
             progress.update(len(accepted))
-            progress.set_postfix(candidates=tried, pass_rate=f"{passed / tried:.1%}")
+            # no candidate count or pass rate on screen: both are confidential (issue 16)
     records = np.vstack(released) if released else np.empty((0, fitted.seeds.shape[1]), np.int64)
     return SynthesisRun(records, tried, passed)
 
