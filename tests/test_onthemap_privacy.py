@@ -100,6 +100,16 @@ def test_pdp_alpha_is_the_smallest_that_satisfies_theorem_4_4():
     assert pdp_alpha(n, eps, 1e-3, k) < alpha < pdp_alpha(n, eps, 1e-7, k)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_pdp_alpha_never_exceeds_the_pure_dp_prior(n):
+    """Issue 16: for n = 2 Theorem 4.4 asked for 21.3 where Theorem 4.1's pure-DP prior, a stronger
+    guarantee, needs 0.0203. The PDP prior is now never larger than the pure-DP one."""
+    eps, delta, k = 4.6, 1e-5, 233726
+    alpha = pdp_alpha(n, eps, delta, k)
+    assert alpha <= n / math.expm1(eps) * (1 + 1e-12)
+    assert pdp_alpha(2, eps, delta, k) == pytest.approx(2 / math.expm1(eps))
+
+
 def test_bad_parameters():
     with pytest.raises(ValueError, match="ln 3"):
         pdp_threshold(1e-5, 1.0, 10)
