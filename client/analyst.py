@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     c = commands.add_parser("run", help="open a session and reveal the sequence tit for tat")
     c.add_argument("sequence", type=Path, nargs="?", default=Path("sequence.json"))
     c.add_argument("--server", required=True)
-    c.add_argument("--tls-ca", type=Path)
+    c.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
+    c.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
+    c.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
     c.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     try:
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
             print(f"co-signed {args.sequence}")
         else:
-            with make_channel(args.server, args.tls_ca) as channel:
+            with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
                 return run(json.loads(args.sequence.read_text()), channel, args.timeout)
     except grpc.RpcError as exc:
         print(f"petlab-analyst: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -15,6 +15,8 @@ and the decisions equal acro's on the same tables (``tests/test_output_checking.
   (0, 1); 0 and 1 are the minimum and maximum), and each quantile needs ``threshold`` records
   strictly below it and strictly above it (otherwise a set of quantiles at steps of 1/(n-1)
   returns every value of the query set);
+* two-way frequency tables (the paper's rule, beyond acro): no cell above ``row_column_share``
+  = 90 % of its row's or its column's total;
 * regressions (beyond acro): no leverage h_ii above ``max_leverage`` and no value of a discrete
   predictor held by fewer than ``threshold`` records (a predictor value held by one record gives
   that record its own exactly fitted parameter, so intercept plus slope is its outcome).
@@ -42,11 +44,12 @@ class Rules:
     quantile_probabilities: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
     max_leverage: float = 0.5
     rare_predictor_values: bool = True
+    row_column_share: float = 0.9  # the paper's rule for two-way frequency tables
 
 
-# acro's own rules alone (what the differential tests compare against): no quantile or
-# regression rules beyond the residual degrees of freedom.
-ACRO_PARITY = Rules(max_leverage=1.0, rare_predictor_values=False)
+# acro's own rules alone (what the differential tests compare against): no quantile, regression
+# or row/column-share rules beyond the residual degrees of freedom.
+ACRO_PARITY = Rules(max_leverage=1.0, rare_predictor_values=False, row_column_share=1.0)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
             reasons.append(f"{small} cell(s) count fewer than {rules.threshold} records")
         if rules.zeros_disclosive and (counts == 0).any():
             reasons.append(f"{int((counts == 0).sum())} cell(s) are empty, and zeros are disclosive")
+        if evaluated.kind == "frequency" and counts.ndim == 2 and min(counts.shape) > 1:
+            reasons += _row_column_shares(counts, rules)
     for contributions in evaluated.values:
         reasons += _dominance(contributions, rules)
     for p in evaluated.probabilities:
@@ -87,6 +92,19 @@ def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
             f"fewer than {rules.dof_threshold}"
         )
     return Decision(not reasons, tuple(dict.fromkeys(reasons)))
+
+
+def _row_column_shares(counts: np.ndarray, rules: Rules) -> list[str]:
+    """Domingo-Ferrer (PSD 2022, Section 2): in a two-way frequency table no cell may hold more
+    than ``row_column_share`` of its row's or its column's total (it would nearly reveal the
+    attribute of everyone in that row or column)."""
+    counts = counts.astype(float)
+    rows, columns = counts.sum(axis=1, keepdims=True), counts.sum(axis=0, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.fmax(np.where(rows > 0, counts / rows, 0), np.where(columns > 0, counts / columns, 0))
+    if (share > rules.row_column_share).any():
+        return [f"a cell holds more than {rules.row_column_share:.0%} of its row or column"]
+    return []
 
 
 def cell_dominance_flags(contributions: np.ndarray, rules: Rules = Rules()) -> tuple[bool, bool, bool]:

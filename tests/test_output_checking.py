@@ -67,7 +67,7 @@ def test_frequency_and_magnitude_decisions_equal_acros(data, acro):
                 "where": where,
             },
         ):
-            ours = check(evaluate(spec, data))
+            ours = check(evaluate(spec, data), ACRO_PARITY)
             subset = data[evaluate({"type": "count", "where": where}, data).query_sets[0]]
             if subset.empty:  # acro then builds an empty table with nothing to check; we refuse
                 assert not ours.release  # (every cell is a disclosive zero)
@@ -176,3 +176,15 @@ def test_specs_are_validated(data):
         evaluate({"type": "frequency", "rows": "sex", "code": "import os"}, data)
     with pytest.raises(AnalysisError, match="invalid analysis spec"):
         evaluate({"type": "mean", "column": "hpw", "where": {"age": {"like": "%"}}}, data)
+
+
+def test_row_and_column_share_rule():
+    """The paper's frequency-table rule (beyond acro): no cell above 90% of its row or column."""
+    frame = pd.DataFrame({"a": [1] * 105 + [2] * 40, "b": [1] * 95 + [2] * 10 + [1] * 20 + [2] * 20})
+    spec = {"type": "frequency", "rows": "a", "columns": "b"}
+    evaluated = evaluate(spec, frame)  # row a=1: 95 of 105 in b=1 (90.5%); every cell >= 10
+    assert check(evaluated, ACRO_PARITY).release  # acro's rules alone let it through
+    decision = check(evaluated)
+    assert not decision.release and decision.reasons == ("a cell holds more than 90% of its row or column",)
+    balanced = pd.DataFrame({"a": [1] * 60 + [2] * 60, "b": ([1] * 30 + [2] * 30) * 2})
+    assert check(evaluate(spec, balanced)).release
