@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import re
 import time
 from collections.abc import Iterator
@@ -184,8 +185,20 @@ class KnnRemote:
             return call()
 
     def _unary(self, method: str, request):
+        """One call; a server that is busy (RESOURCE_EXHAUSTED, with its ``retry-after-s`` hint) is
+        asked again after the hint, with jitter, until the call's own timeout would pass."""
         started = time.perf_counter()
-        reply = getattr(self.stub, method)(request, timeout=self.timeout)
+        deadline = time.monotonic() + (self.timeout if self.timeout is not None else 3600.0)
+        while True:
+            try:
+                reply = getattr(self.stub, method)(request, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except grpc.RpcError as exc:
+                wait = _retry_after(exc) * (1 + random.random())
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() + wait >= deadline:
+                    raise
+                self._say(f"the server is busy; asking again in {wait:.0f} s")
+                time.sleep(wait)
         self.stats.append(
             CallStats(method, time.perf_counter() - started, request.ByteSize(), reply.ByteSize())
         )
@@ -220,6 +233,18 @@ def make_channel(
         )
         return grpc.secure_channel(address, credentials, options)
     return grpc.insecure_channel(address, options)
+
+
+def _retry_after(exc: grpc.RpcError) -> float:
+    """The server's ``retry-after-s`` hint (bounded to 1..60 s), 5 s without one."""
+    trailing = getattr(exc, "trailing_metadata", lambda: None)() or ()
+    for key, value in trailing:
+        if key == "retry-after-s":
+            try:
+                return min(60.0, max(1.0, float(value)))
+            except ValueError:
+                break
+    return 5.0
 
 
 def verified_specs_digest(specs: bytes, announced: str) -> str:
