@@ -31,20 +31,6 @@ from petlab.server.datasets import load_bundled
 CONFIG = default_config("fast")
 
 
-def simulate_all(circuit, queries, reference=None):
-    """Simulated classes of ``queries``. Concrete's simulation reproduces the circuit's bootstrap
-    failures at its ``global_p_error`` (seen once in a full suite run: one query of forty); so, given
-    the clear ``reference``, a query that disagrees is simulated twice more and kept only if it
-    disagrees every time. A wrong circuit disagrees deterministically and still fails."""
-    out = np.array([int(circuit.simulate(q)) for q in queries])
-    if reference is not None:
-        for i in np.flatnonzero(out != np.asarray(reference)):
-            retries = [int(circuit.simulate(queries[i])) for _ in range(2)]
-            if all(r == reference[i] for r in retries):
-                out[i] = reference[i]
-    return out
-
-
 def brute_force(plan, queries):
     return classify_by_sorting(
         plan.train, plan.labels, plan.k, plan.n_classes, queries, plan.bits, plan.distance_bits
@@ -143,7 +129,7 @@ def test_settings_reject_an_unknown_algorithm():
 # ------------------------------------------------------------------ circuit in simulation
 
 
-def test_iris_simulation_equals_reference(iris_fast_circuit, iris_fast_model, iris_test_levels):
+def test_iris_simulation_equals_reference(iris_fast_circuit, iris_fast_model, iris_test_levels, simulate_all):
     plan = iris_fast_model.plan
     rng = np.random.default_rng(11)
     corners = np.array(np.meshgrid(*[[0, plan.max_level]] * plan.d)).reshape(plan.d, -1).T
@@ -165,7 +151,7 @@ def test_iris_circuit_makes_linear_many_lookups(iris_fast_circuit, iris_fast_mod
 
 
 @pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 3), (4, 2), (10, 3), (11, 5)])
-def test_small_n_simulation_equals_reference(n, k):
+def test_small_n_simulation_equals_reference(n, k, simulate_all):
     data = load_bundled("iris")
     model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=k))
     circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)
@@ -174,7 +160,7 @@ def test_small_n_simulation_equals_reference(n, k):
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
 
 
-def test_ten_classes_equal_votes_and_coarsening_in_simulation():
+def test_ten_classes_equal_votes_and_coarsening_in_simulation(simulate_all):
     """Digits: 10 classes; 16 features with cap 1 are coarsened (d * cap > 15), 2-bit levels make
     many equal distances and equal votes, so every tie rule runs inside the circuit."""
     data = load_bundled("digits")
@@ -192,7 +178,7 @@ def test_ten_classes_equal_votes_and_coarsening_in_simulation():
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
 
 
-def test_wine_simulation_equals_reference():
+def test_wine_simulation_equals_reference(simulate_all):
     data = load_bundled("wine")
     model = build_model("wine", data.features, data.labels, KnnSettings(n=16, k=3))
     circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)

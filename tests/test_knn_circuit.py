@@ -17,21 +17,7 @@ from petlab.crypto.knn_reference import classify
 from petlab.server.datasets import load_bundled
 
 
-def simulate_all(circuit, queries, reference=None):
-    """Simulated classes of ``queries``. Concrete's simulation reproduces the circuit's bootstrap
-    failures at its ``global_p_error`` (seen once in a full suite run: one query of forty); so, given
-    the clear ``reference``, a query that disagrees is simulated twice more and kept only if it
-    disagrees every time. A wrong circuit disagrees deterministically and still fails."""
-    out = np.array([int(circuit.simulate(q)) for q in queries])
-    if reference is not None:
-        for i in np.flatnonzero(out != np.asarray(reference)):
-            retries = [int(circuit.simulate(queries[i])) for _ in range(2)]
-            if all(r == reference[i] for r in retries):
-                out[i] = reference[i]
-    return out
-
-
-def test_iris_simulation_equals_reference(iris_circuit, iris_model, iris_test_levels):
+def test_iris_simulation_equals_reference(iris_circuit, iris_model, iris_test_levels, simulate_all):
     plan = iris_model.plan
     rng = np.random.default_rng(11)
     corners = np.array(np.meshgrid(*[[0, plan.max_level]] * plan.d)).reshape(plan.d, -1).T
@@ -91,7 +77,7 @@ def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path):
 
 
 @pytest.mark.parametrize("n", [2, 3, 10])
-def test_small_n_simulation_equals_reference(n):
+def test_small_n_simulation_equals_reference(n, simulate_all):
     """Small n explicitly: an int4-sized rank tensor once simulated wrongly at n = 10."""
     data = load_bundled("iris")
     settings = KnnSettings(n=n, k=min(3, n), bits=4, algorithm="paper")
@@ -102,7 +88,7 @@ def test_small_n_simulation_equals_reference(n):
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
 
 
-def test_ten_classes_and_ties_in_simulation():
+def test_ten_classes_and_ties_in_simulation(simulate_all):
     """Digits has 10 classes (a 4-level argmax tournament); 2-bit features make many equal
     distances, so the tie rules are exercised inside the circuit too."""
     data = load_bundled("digits")
@@ -119,7 +105,7 @@ def test_ten_classes_and_ties_in_simulation():
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
 
 
-def test_two_classes_in_simulation():
+def test_two_classes_in_simulation(simulate_all):
     data = load_bundled("breast_cancer")
     settings = KnnSettings(n=12, k=5, algorithm="paper")
     model = build_model("breast_cancer", data.features[:, :6], data.labels, settings)
@@ -129,7 +115,7 @@ def test_two_classes_in_simulation():
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
 
 
-def test_k_equal_to_n_in_simulation():
+def test_k_equal_to_n_in_simulation(simulate_all):
     plan = build_plan(np.array([[0, 1], [3, 2], [1, 1]]), np.array([1, 0, 1]), 2, 3, 2)
     circuit = compile_circuit(plan, CircuitConfig(), simulation=True)
     queries = np.random.default_rng(0).integers(0, 4, size=(10, 2))
