@@ -1,6 +1,6 @@
 """``petlab-experiments all``: every experiment, one command, CSV + Markdown + PNG in one directory.
 
-``--quick`` (what ``make demo`` runs; 9 min 43 s on 2 cores, measured for issue 12): the four data
+``--quick`` (what ``make demo`` runs; 7 min 5 s on 2 cores, measured after issue 13): the four data
 sets at n = 10 with 2 encrypted queries each, sweeps at n <= 8, 20,000 commute workers, the shipped
 5,000-record ACS sample (plausible deniability with k = 10: the sample has 2,000 seeds). ``--full``:
 n = 40 with 10 queries, sweeps n = 10..60, d = 1..4, k = 1..7, 200,000 commute workers, and the
