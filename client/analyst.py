@@ -2,15 +2,20 @@
 
     petlab-analyst keygen --out analyst.pem
     petlab-analyst prepare analyses.json --key analyst.pem --out sequence.json
-    petlab-analyst certify sequence.json --policy policy.json --key authority.pem   (the authority)
+    petlab-analyst describe --server HOST:PORT --out controller.json
+    petlab-analyst certify sequence.json --policy policy.json --key authority.pem \
+        --controller controller.json [--valid-days 30]                              (the authority)
     petlab-analyst run sequence.json --server HOST:PORT
 
 Domingo-Ferrer (PSD 2022), Sections 3 and 4.2. ``prepare`` validates every spec against
 ``protos/analysis.schema.json``, encodes the traces (equation (1)) and signs T_0. The sequence file
 holds the analyses not yet revealed, so it is written owner-only. ``certify`` is the certification
 authority's step: it checks that the traces commit to exactly the specs in the file, checks them
-against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0.
-``run`` opens a session and reveals one trace at a time, stopping at the first abort.
+against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0
+together with the analyst's key and the scope: the controller's id, its data set's and rules'
+SHA-256 (what ``describe`` fetches from the controller) and an expiry, so the co-signature holds at
+that controller, on that data, under those rules and until then only. ``run`` opens a session and
+reveals one trace at a time, stopping at the first abort.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -28,6 +34,7 @@ from petlab.client.files import write_owner_only
 from petlab.client.knn_client import make_channel
 from petlab.crypto.instructions import InvalidInstruction, canonical_json
 from petlab.crypto.trace_chain import (
+    CertificationScope,
     ChainState,
     authority_message,
     load_private_key,
@@ -41,6 +48,7 @@ from petlab.crypto.trace_chain import (
 from petlab.protos import controller_pb2, controller_pb2_grpc
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
+DOCUMENT_VERSION = 2  # instruction format 2 (16-byte salts) and scoped co-signatures
 
 
 def keygen(out: Path) -> Path:
@@ -68,18 +76,41 @@ def load_specs(path: Path) -> list[dict]:
 def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
     sequence = seal([canonical_json(s) for s in specs], key)
     return {
-        "version": 1,
+        "version": DOCUMENT_VERSION,
         "analyst_public_key": public_key_pem(key.public_key()).decode(),
         "analyst_signature": sequence.analyst_signature.hex(),
         "authority_signature": None,
+        "certification": None,
         "traces": [t.hex() for t in sequence.traces],
         "pointers": sequence.pointers,
         "specs": {p: s.decode() for p, s in sequence.specs.items()},
     }
 
 
+def check_version(document: dict) -> None:
+    if document.get("version") != DOCUMENT_VERSION:
+        raise ValueError(
+            f"the sequence file is version {document.get('version')}; this petlab-analyst reads version "
+            f"{DOCUMENT_VERSION}: prepare the sequence again"
+        )
+
+
+def describe(channel: grpc.Channel, timeout: float = 30.0) -> dict:
+    """The controller's description, what an authority's co-signature is bound to."""
+    reply = controller_pb2_grpc.AnalysisControllerStub(channel).Describe(
+        controller_pb2.DescribeRequest(), timeout=timeout
+    )
+    return {
+        "controller_id": reply.controller_id,
+        "dataset_sha256": reply.dataset_sha256.hex(),
+        "rules_sha256": reply.rules_sha256.hex(),
+        "instruction_format": reply.instruction_format,
+    }
+
+
 def committed_specs(document: dict) -> list[dict]:
     """Walk the whole chain as a controller would: the specs the traces really commit to."""
+    check_version(document)
     traces = [bytes.fromhex(t) for t in document["traces"]]
     verify_seal(
         traces[0],
@@ -96,8 +127,21 @@ def committed_specs(document: dict) -> list[dict]:
     return specs
 
 
-def certify(document: dict, policy: dict, authority: Ed25519PrivateKey) -> dict:
-    """The certification authority's check and co-signature (Section 4.2)."""
+def certify(
+    document: dict,
+    policy: dict,
+    authority: Ed25519PrivateKey,
+    controller: dict,
+    valid_seconds: float = 30 * 86400,
+    now: float | None = None,
+) -> dict:
+    """The certification authority's check and co-signature (Section 4.2), for the controller
+    ``controller`` (``describe``'s output) and ``valid_seconds`` from ``now``."""
+    if valid_seconds <= 0:
+        raise ValueError("the certification's validity must be positive")
+    scope = CertificationScope.from_json(
+        {**controller, "expires": int((time.time() if now is None else now) + valid_seconds)}
+    )
     specs = committed_specs(document)
     allowed = set(policy.get("allowed_types", SCHEMA["properties"]["type"]["enum"]))
     forbidden = set(policy.get("forbidden_columns", []))
@@ -115,13 +159,14 @@ def certify(document: dict, policy: dict, authority: Ed25519PrivateKey) -> dict:
     if problems:
         raise ValueError("the sequence does not comply with the policy: " + "; ".join(problems))
     analyst = load_public_key(document["analyst_public_key"].encode())
-    signature = authority.sign(authority_message(bytes.fromhex(document["traces"][0]), analyst))
-    return {**document, "authority_signature": signature.hex()}
+    signature = authority.sign(authority_message(bytes.fromhex(document["traces"][0]), analyst, scope))
+    return {**document, "authority_signature": signature.hex(), "certification": scope.to_json()}
 
 
 def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None) -> int:
     """Open a session and reveal the traces one by one; returns 0 if every analysis was released."""
     out = out or sys.stdout
+    check_version(document)
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
     traces = [bytes.fromhex(t) for t in document["traces"]]
     opened = stub.OpenSession(
@@ -130,6 +175,7 @@ def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None)
             analyst_public_key=document["analyst_public_key"].encode(),
             analyst_signature=bytes.fromhex(document["analyst_signature"]),
             authority_signature=bytes.fromhex(document["authority_signature"] or ""),
+            authority_expires=int((document.get("certification") or {}).get("expires", 0)),
         ),
         timeout=timeout,
     )
@@ -166,13 +212,22 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("sequence", type=Path)
     c.add_argument("--policy", type=Path, required=True)
     c.add_argument("--key", type=Path, required=True, help="the authority's private key")
-    c = commands.add_parser("run", help="open a session and reveal the sequence tit for tat")
-    c.add_argument("sequence", type=Path, nargs="?", default=Path("sequence.json"))
-    c.add_argument("--server", required=True)
-    c.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
-    c.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
-    c.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
-    c.add_argument("--timeout", type=float, default=300.0)
+    c.add_argument(
+        "--controller", type=Path, required=True, help="the controller's description (from describe)"
+    )
+    c.add_argument("--valid-days", type=float, default=30.0, help="how long the co-signature holds")
+    describe_command = commands.add_parser(
+        "describe", help="fetch a controller's id and data set and rules digests"
+    )
+    describe_command.add_argument("--out", type=Path, help="write the description here (default: print it)")
+    run_command = commands.add_parser("run", help="open a session and reveal the sequence tit for tat")
+    run_command.add_argument("sequence", type=Path, nargs="?", default=Path("sequence.json"))
+    for c in (describe_command, run_command):
+        c.add_argument("--server", required=True)
+        c.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
+        c.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
+        c.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
+        c.add_argument("--timeout", type=float, default=300.0 if c is run_command else 30.0)
     args = parser.parse_args(argv)
     try:
         if args.command == "keygen":
@@ -187,9 +242,21 @@ def main(argv: list[str] | None = None) -> int:
                 json.loads(args.sequence.read_text()),
                 json.loads(args.policy.read_text()),
                 load_private_key(args.key.read_bytes()),
+                json.loads(args.controller.read_text()),
+                args.valid_days * 86400,
             )
             write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
-            print(f"co-signed {args.sequence}")
+            expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(document["certification"]["expires"]))
+            controller_id = document["certification"]["controller_id"]
+            print(f"co-signed {args.sequence} for controller {controller_id}, until {expires}")
+        elif args.command == "describe":
+            with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
+                text = json.dumps(describe(channel, args.timeout), indent=2)
+            if args.out:
+                args.out.write_text(text + "\n")
+                print(f"controller description written to {args.out}")
+            else:
+                print(text)
         else:
             with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
                 return run(json.loads(args.sequence.read_text()), channel, args.timeout)

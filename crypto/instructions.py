@@ -5,21 +5,23 @@ Section 3.1. Each analysis i_j is a declarative JSON spec, serialized canonicall
 whitespace, UTF-8). It becomes an instruction I_j exactly as long as the output of H (SHA-512,
 64 bytes):
 
-* short spec (at most 45 bytes), *inline*:
-  ``0x01 | flags | len | spec | zero padding | salt (8) | MAGIC (8)``
+* short spec (at most 37 bytes), *inline*:
+  ``0x01 | flags | len | spec | zero padding | salt (16) | MAGIC (8)``
 * long spec, *by reference* (h_j || p_j with h_j = H'(i_j), H' = SHA-256, p_j a pointer of at most
-  13 ASCII bytes naming where the spec is revealed):
-  ``0x02 | flags | h_j (32) | len(p_j) | p_j | zero padding | salt (8) | MAGIC (8)``
+  5 ASCII bytes naming where the spec is revealed, ``#1`` .. ``#9999``):
+  ``0x02 | flags | h_j (32) | len(p_j) | p_j | zero padding | salt (16) | MAGIC (8)``
 
-``flags`` bit 0 marks the last instruction of the sequence. The salt is 8 fresh random bytes per
+``flags`` bit 0 marks the last instruction of the sequence. The salt is 16 fresh random bytes per
 instruction: without it the traces would be a deterministic function of the analyses, and a
 controller who guessed the sequence could confirm the guess against T_0, so Proposition 1 would
-hold only for unguessable analyses. The redundancy the controller checks
-(Proposition 2) is: a known tag, flags with no unknown bit, lengths in range, all-zero padding and
-the 8-byte ``MAGIC`` at the end. A gibberish I_j* (what eq. (2) yields for any substituted,
-inserted, reordered or replayed trace, since H is a strong hash) passes the tag, flags and magic
-checks alone with probability below 2^-70; a by-reference spec must moreover hash to h_j, and an
-inline one must parse as a spec.
+hold only for unguessable analyses; 128 bits keep that guess infeasible however few candidate
+sequences there are (format version 1 had 8 bytes and 13-byte pointers; its instructions are
+refused with a message that says to prepare the sequence again). The redundancy the controller
+checks (Proposition 2) is: a known tag, flags with no unknown bit, lengths in range, all-zero
+padding and the 8-byte ``MAGIC`` (which carries the format version) at the end. A gibberish I_j*
+(what eq. (2) yields for any substituted, inserted, reordered or replayed trace, since H is a strong
+hash) passes the tag, flags and magic checks alone with probability below 2^-70; a by-reference
+spec must moreover hash to h_j, and an inline one must parse as a spec.
 """
 
 from __future__ import annotations
@@ -30,12 +32,21 @@ import os
 from dataclasses import dataclass
 
 SIZE = 64  # output length of H = SHA-512
-MAGIC = b"PETLAB\x01\x00"
+FORMAT_VERSION = 2
+MAGIC = b"PETLAB" + bytes([FORMAT_VERSION, 0])
 INLINE, REFERENCE = 0x01, 0x02
 LAST = 0x01
-SALT = 8
-MAX_INLINE = SIZE - 3 - SALT - len(MAGIC)  # 45
-MAX_POINTER = SIZE - 2 - 32 - 1 - SALT - len(MAGIC)  # 13
+SALT = 16
+MAX_INLINE = SIZE - 3 - SALT - len(MAGIC)  # 37
+MAX_POINTER = SIZE - 2 - 32 - 1 - SALT - len(MAGIC)  # 5
+MAX_ANALYSES = 9999  # pointers "#1" .. "#9999" fit in MAX_POINTER
+
+
+def pointer_of(position: int) -> str:
+    """The pointer p_j of analysis j (1-based) in a sequence."""
+    if not 1 <= position <= MAX_ANALYSES:
+        raise ValueError(f"a sequence holds 1 to {MAX_ANALYSES} analyses")
+    return f"#{position}"
 
 
 class InvalidInstruction(ValueError):
@@ -81,6 +92,11 @@ def decode(instruction: bytes) -> Instruction:
     """Check the redundancy and split the fields; ``InvalidInstruction`` on gibberish."""
     if len(instruction) != SIZE:
         raise InvalidInstruction(f"an instruction is {SIZE} bytes, got {len(instruction)}")
+    if instruction[-len(MAGIC) :] == b"PETLAB\x01\x00":
+        raise InvalidInstruction(
+            f"the instruction is in format version 1; this controller reads version {FORMAT_VERSION}: "
+            "prepare the sequence again with this petlab-analyst"
+        )
     if instruction[-len(MAGIC) :] != MAGIC:
         raise InvalidInstruction("the instruction's redundancy pattern is wrong")
     tag, flags = instruction[0], instruction[1]

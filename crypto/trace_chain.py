@@ -11,23 +11,80 @@ and the controller, holding T_{j-1}, recovers I_j from the revealed T_j by equat
 
 T_0 is signed by the analyst with Ed25519 (Section 3.2, "seal"), and optionally co-signed by a
 certification authority that has checked the whole sequence (Section 4.2). Signatures cover a
-domain-separated message, and the authority's also covers the analyst's public key, so a
-co-signature cannot be moved to another analyst's sequence. Keys are PEM (PKCS#8 / SubjectPublicKeyInfo).
+domain-separated message. The authority's also covers the analyst's public key and a
+:class:`CertificationScope`: the controller it certifies for, the SHA-256 of that controller's data
+set and of its output-checking rules, and an expiry. So a co-signature cannot be moved to another
+analyst's sequence, nor replayed at another controller, against other data or under laxer rules
+than the ones the authority saw, nor used after it expires. Keys are PEM (PKCS#8 /
+SubjectPublicKeyInfo).
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
+import time
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from petlab.crypto.ed25519_points import check_public_key
-from petlab.crypto.instructions import SIZE, InvalidInstruction, decode, encode, resolve
+from petlab.crypto.instructions import SIZE, InvalidInstruction, decode, encode, pointer_of, resolve
 
-ANALYST_DOMAIN = b"petlab/tit-for-tat/v1/analyst-T0:"
-AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v1/authority-T0:"
+ANALYST_DOMAIN = b"petlab/tit-for-tat/v2/analyst-T0:"
+AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v2/authority-T0:"
+MAX_CONTROLLER_ID = 64  # bytes of UTF-8
+
+
+@dataclass(frozen=True)
+class CertificationScope:
+    """Where and until when an authority's co-signature holds (Section 4.2, made explicit).
+
+    ``controller_id`` names the controller (``petlab-server --controller-id``), ``dataset_sha256``
+    and ``rules_sha256`` are the digests it publishes (``petlab-analyst describe``), ``expires`` is
+    a Unix time in seconds."""
+
+    controller_id: str
+    dataset_sha256: bytes
+    rules_sha256: bytes
+    expires: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.controller_id.encode()) <= MAX_CONTROLLER_ID:
+            raise ValueError(f"a controller id is 1 to {MAX_CONTROLLER_ID} bytes of UTF-8")
+        if len(self.dataset_sha256) != 32 or len(self.rules_sha256) != 32:
+            raise ValueError("the data set and rules digests are SHA-256 (32 bytes)")
+        if not 0 < self.expires < 2**63:
+            raise ValueError("the expiry is a positive Unix time in seconds")
+
+    def encode(self) -> bytes:
+        """Unambiguous bytes: length-prefixed id, both digests, the expiry as 8 bytes big-endian."""
+        raw_id = self.controller_id.encode()
+        return (
+            bytes([len(raw_id)])
+            + raw_id
+            + self.dataset_sha256
+            + self.rules_sha256
+            + struct.pack(">Q", self.expires)
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "controller_id": self.controller_id,
+            "dataset_sha256": self.dataset_sha256.hex(),
+            "rules_sha256": self.rules_sha256.hex(),
+            "expires": self.expires,
+        }
+
+    @classmethod
+    def from_json(cls, document: dict) -> CertificationScope:
+        return cls(
+            str(document["controller_id"]),
+            bytes.fromhex(document["dataset_sha256"]),
+            bytes.fromhex(document["rules_sha256"]),
+            int(document["expires"]),
+        )
 
 
 def H(data: bytes) -> bytes:
@@ -68,7 +125,7 @@ class SealedSequence:
 
 
 def seal(spec_bytes: list[bytes], analyst_key: Ed25519PrivateKey) -> SealedSequence:
-    pointers = [f"analysis-{j}" for j in range(1, len(spec_bytes) + 1)]
+    pointers = [pointer_of(j) for j in range(1, len(spec_bytes) + 1)]
     instructions = [
         encode(spec, pointer, last=j == len(spec_bytes) - 1)
         for j, (spec, pointer) in enumerate(zip(spec_bytes, pointers, strict=True))
@@ -82,8 +139,10 @@ def seal(spec_bytes: list[bytes], analyst_key: Ed25519PrivateKey) -> SealedSeque
     )
 
 
-def authority_message(first_trace: bytes, analyst_public_key: Ed25519PublicKey) -> bytes:
-    return AUTHORITY_DOMAIN + first_trace + public_key_bytes(analyst_public_key)
+def authority_message(
+    first_trace: bytes, analyst_public_key: Ed25519PublicKey, scope: CertificationScope
+) -> bytes:
+    return AUTHORITY_DOMAIN + first_trace + public_key_bytes(analyst_public_key) + scope.encode()
 
 
 def verify_seal(
@@ -92,8 +151,11 @@ def verify_seal(
     analyst_signature: bytes,
     authority_public_key: Ed25519PublicKey | None = None,
     authority_signature: bytes | None = None,
+    scope: CertificationScope | None = None,
+    now: float | None = None,
 ) -> None:
-    """``ValueError`` unless the analyst (and, when required, the authority) signed this T_0."""
+    """``ValueError`` unless the analyst (and, when required, the authority, for this controller's
+    ``scope`` and before its expiry) signed this T_0."""
     if len(first_trace) != SIZE:
         raise ValueError(f"T_0 is {SIZE} bytes")
     try:
@@ -103,12 +165,19 @@ def verify_seal(
     if authority_public_key is not None:
         if not authority_signature:
             raise ValueError("this controller requires a certification authority's co-signature")
+        if scope is None:
+            raise ValueError("the authority's co-signature must name this controller's scope")
         try:
             authority_public_key.verify(
-                authority_signature, authority_message(first_trace, analyst_public_key)
+                authority_signature, authority_message(first_trace, analyst_public_key, scope)
             )
         except InvalidSignature as exc:
-            raise ValueError("the authority's co-signature does not verify on this T_0") from exc
+            raise ValueError(
+                "the authority's co-signature does not verify on this T_0 for this controller, "
+                "data set and rules"
+            ) from exc
+        if (time.time() if now is None else now) >= scope.expires:
+            raise ValueError("the authority's certification has expired")
 
 
 # ---------------------------------------------------------------- key (de)serialisation

@@ -34,6 +34,11 @@ class AnalysisControllerStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Describe = channel.unary_unary(
+                '/petlab.controller.v1.AnalysisController/Describe',
+                request_serializer=petlab_dot_protos_dot_controller__pb2.DescribeRequest.SerializeToString,
+                response_deserializer=petlab_dot_protos_dot_controller__pb2.ControllerDescription.FromString,
+                _registered_method=True)
         self.OpenSession = channel.unary_unary(
                 '/petlab.controller.v1.AnalysisController/OpenSession',
                 request_serializer=petlab_dot_protos_dot_controller__pb2.OpenSessionRequest.SerializeToString,
@@ -48,6 +53,14 @@ class AnalysisControllerStub:
 
 class AnalysisControllerServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def Describe(self, request, context):
+        """What a certification authority binds its co-signature to: this controller's id and the
+        SHA-256 of its data set and of its output-checking rules.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def OpenSession(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -66,6 +79,11 @@ class AnalysisControllerServicer:
 
 def add_AnalysisControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=petlab_dot_protos_dot_controller__pb2.DescribeRequest.FromString,
+                    response_serializer=petlab_dot_protos_dot_controller__pb2.ControllerDescription.SerializeToString,
+            ),
             'OpenSession': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenSession,
                     request_deserializer=petlab_dot_protos_dot_controller__pb2.OpenSessionRequest.FromString,
@@ -86,6 +104,33 @@ def add_AnalysisControllerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AnalysisController:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/petlab.controller.v1.AnalysisController/Describe',
+            petlab_dot_protos_dot_controller__pb2.DescribeRequest.SerializeToString,
+            petlab_dot_protos_dot_controller__pb2.ControllerDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def OpenSession(request,

@@ -14,18 +14,25 @@ with which output-checking rules (issue 14).
   :class:`~petlab.server.output_checking.Rules` (defaults: acro's ``default.yaml`` values plus
   the stricter quantile and regression rules).
 * ``--analysis-cooldown-seconds``: after an abort, the identity opens no session for that long.
+* ``--controller-id``: the name a certification authority's co-signature is bound to (with the
+  data set's and the rules' SHA-256 and an expiry; ``crypto.trace_chain.CertificationScope``).
+  Default: a random id made once and kept in the data directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import os
 import re
+import secrets
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from petlab.crypto.trace_chain import load_public_key, public_key_bytes
+from petlab.crypto.instructions import canonical_json
+from petlab.crypto.trace_chain import MAX_CONTROLLER_ID, load_public_key, public_key_bytes
 from petlab.server.output_checking import Rules
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.S)
@@ -69,6 +76,43 @@ def add_analysis_arguments(serve: argparse.ArgumentParser, env: Callable[[str, o
         help="[PETLAB_ANALYSIS_COOLDOWN_SECONDS] no new session for an identity this long "
         "after one of its analyses was withheld",
     )
+    serve.add_argument(
+        "--controller-id",
+        default=env("CONTROLLER_ID", None),
+        help="[PETLAB_CONTROLLER_ID] the name certification authorities bind co-signatures to "
+        "(default: a random id kept in the data directory)",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerIdentity:
+    """What an authority's co-signature names (``petlab-analyst describe`` fetches it)."""
+
+    controller_id: str
+    dataset_sha256: bytes
+    rules_sha256: bytes
+
+
+def controller_identity(
+    data_path: Path, rules: Rules, data_dir: Path, controller_id: str | None
+) -> ControllerIdentity:
+    """The digests of the data file's bytes and of the rules' canonical JSON, and the id: the one
+    given, or one made at random on first start and kept (owner-only) in ``data_dir``."""
+    if controller_id is None:
+        stored = data_dir / "controller-id"
+        if not stored.exists():
+            descriptor = os.open(stored, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(f"controller-{secrets.token_hex(8)}\n")
+        controller_id = stored.read_text().strip()
+    if not 1 <= len(controller_id.encode()) <= MAX_CONTROLLER_ID:
+        raise ValueError(f"a controller id is 1 to {MAX_CONTROLLER_ID} bytes of UTF-8")
+    digest = hashlib.sha256()
+    with data_path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    rules_digest = hashlib.sha256(canonical_json(dataclasses.asdict(rules))).digest()
+    return ControllerIdentity(controller_id, digest.digest(), rules_digest)
 
 
 def load_analysts(path: Path) -> frozenset[bytes]:

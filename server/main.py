@@ -39,6 +39,7 @@ from petlab.protos.limits import CHANNEL_OPTIONS
 from petlab.server.analysis_options import (
     add_analysis_arguments,
     check_identity_gate,
+    controller_identity,
     load_analysts,
     load_rules,
 )
@@ -82,6 +83,7 @@ class ServerOptions:
     open_analysis: bool = False
     rules: Path | None = None
     analysis_cooldown_seconds: float = 3600.0
+    controller_id: str | None = None
     # The interactive Paillier baseline answers distances and labels for any query and indices: a
     # caller can reconstruct the training set from a handful of calls. For experiments only.
     enable_paillier_baseline: bool = False
@@ -99,6 +101,7 @@ class RunningServer:
     _expiry_stop: threading.Event
     sessions: SessionStore | None = None
     prepared_keys: int = 0  # stored evaluation key sets prepared at start (server.key_warmup)
+    controller: ControllerServicer | None = None
 
     def stop(self, grace: float = 10.0) -> None:
         """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
@@ -188,20 +191,21 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             PaillierServicer({name: h.model for name, h in hosted.items()}), server
         )
         services.append(PAILLIER_SERVICE)
-    sessions = None
-    if analysis_data is not None:
+    sessions, controller = None, None
+    if analysis_data is not None and options.analysis_data is not None:
         sessions = SessionStore(options.data_dir / "sessions.sqlite")
-        controller_pb2_grpc.add_AnalysisControllerServicer_to_server(
-            ControllerServicer(
-                analysis_data,
-                sessions,
-                rules,
-                authority_key=authority,
-                analysts=analysts,
-                cooldown_seconds=options.analysis_cooldown_seconds,
+        controller = ControllerServicer(
+            analysis_data,
+            sessions,
+            rules,
+            authority_key=authority,
+            analysts=analysts,
+            cooldown_seconds=options.analysis_cooldown_seconds,
+            identity=controller_identity(
+                options.analysis_data, rules, options.data_dir, options.controller_id
             ),
-            server,
         )
+        controller_pb2_grpc.add_AnalysisControllerServicer_to_server(controller, server)
         services.append(CONTROLLER_SERVICE)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -234,7 +238,9 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
                 log.info("evaluation key %s expired", key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, keys, hosted, stop_expiry, sessions, prepared)
+    return RunningServer(
+        server, port, health_servicer, keys, hosted, stop_expiry, sessions, prepared, controller
+    )
 
 
 def load_analysis_data(path: Path) -> pd.DataFrame:
@@ -407,6 +413,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         open_analysis=args.open_analysis,
         rules=args.rules,
         analysis_cooldown_seconds=args.analysis_cooldown_seconds,
+        controller_id=args.controller_id,
         limits=ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,

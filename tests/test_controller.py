@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
 import os
+import time
 
 import grpc
+import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from petlab.client.analyst import certify, keygen, main, prepare, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from petlab.client.analyst import certify, describe, keygen, main, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.crypto.instructions import canonical_json
-from petlab.crypto.trace_chain import ANALYST_DOMAIN, public_key_pem, seal
+from petlab.crypto.trace_chain import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
-from petlab.server.analyses import evaluate
+from petlab.server.analyses import AnalysisError, evaluate
 from petlab.server.main import parse_args
 from petlab.server.output_checking import ACRO_PARITY, check
 from petlab.server.query_set_control import QuerySetControl
@@ -214,31 +219,85 @@ def test_sessions_survive_a_restart(serve, tmp_path):
 
 
 def test_certification_authority(serve, tmp_path):
+    """The authority's co-signature opens a session only at the controller, data set and rules it
+    names, and only until it expires (issue 14); each refusal through the service."""
     authority_pub = tmp_path / "authority.pub.pem"
     authority_pub.write_bytes(public_key_pem(AUTHORITY.public_key()))
     with (
-        serve(tmp_path, analysis_data=acs_sample_path(), authority_key=authority_pub) as running,
+        serve(
+            tmp_path, analysis_data=acs_sample_path(), authority_key=authority_pub, controller_id="acs-2013"
+        ) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
+        controller = describe(channel)
+        assert controller["controller_id"] == "acs-2013" and controller["instruction_format"] == 2
+        assert controller["dataset_sha256"] == hashlib.sha256(acs_sample_path().read_bytes()).hexdigest()
         document = prepare(GOOD[:2], ANALYST)
         with pytest.raises(grpc.RpcError) as failure:
             run(document, channel, out=io.StringIO())
         assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert "co-signature" in failure.value.details()
         policy = {"allowed_types": ["frequency", "magnitude"], "forbidden_columns": ["race"]}
-        assert run(certify(document, policy, AUTHORITY), channel, out=io.StringIO()) == 0
+        elsewhere = [
+            {**controller, "controller_id": "another-controller"},
+            {**controller, "dataset_sha256": "00" * 32},
+            {**controller, "rules_sha256": "00" * 32},
+        ]
+        for scope in elsewhere:
+            with pytest.raises(grpc.RpcError) as failure:
+                run(certify(prepare(GOOD[:2], ANALYST), policy, AUTHORITY, scope), channel, out=io.StringIO())
+            assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        expired = certify(
+            prepare(GOOD[:2], ANALYST), policy, AUTHORITY, controller, 60, now=time.time() - 120
+        )
+        with pytest.raises(grpc.RpcError) as failure:
+            run(expired, channel, out=io.StringIO())
+        assert "expired" in failure.value.details()
+        later = certify(document, policy, AUTHORITY, controller)
+        stretched = {**later, "certification": {**later["certification"], "expires": 2**40}}
+        with pytest.raises(grpc.RpcError) as failure:
+            run(stretched, channel, out=io.StringIO())
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert run(later, channel, out=io.StringIO()) == 0
     with pytest.raises(ValueError, match="does not allow"):
-        certify(prepare([GOOD[2]], ANALYST), {"allowed_types": ["frequency"]}, AUTHORITY)
+        certify(prepare([GOOD[2]], ANALYST), {"allowed_types": ["frequency"]}, AUTHORITY, controller)
     with pytest.raises(ValueError, match="forbidden column"):
         certify(
             prepare([{"type": "frequency", "rows": "race"}], ANALYST),
             {"forbidden_columns": ["race"]},
             AUTHORITY,
+            controller,
         )
     tampered = prepare(GOOD[:2], ANALYST)
-    tampered["specs"]["analysis-2"] = canonical_json({**GOOD[1], "value": "age"}).decode()
+    tampered["specs"]["#2"] = canonical_json({**GOOD[1], "value": "age"}).decode()
     with pytest.raises(ValueError, match="does not match its hash"):
-        certify(tampered, {}, AUTHORITY)
+        certify(tampered, {}, AUTHORITY, controller)
+    with pytest.raises(ValueError, match="prepare the sequence again"):
+        run({**document, "version": 1}, channel, out=io.StringIO())
+
+
+def test_certification_from_the_command_line(serve, tmp_path, capsys):
+    """The README's flow with the CLI only: describe, certify for that controller, run."""
+    authority_key, analyst_key = tmp_path / "authority.pem", tmp_path / "analyst.pem"
+    keygen(authority_key)
+    keygen(analyst_key)
+    analyses, sequence, controller = (tmp_path / n for n in ("analyses.json", "sequence.json", "c.json"))
+    analyses.write_text(json.dumps({"analyses": GOOD[:2]}))
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"max_analyses": 5}))
+    with serve(
+        tmp_path, analysis_data=acs_sample_path(), authority_key=authority_key.with_suffix(".pub.pem")
+    ) as running:
+        server = f"127.0.0.1:{running.port}"
+        assert main(["prepare", str(analyses), "--key", str(analyst_key), "--out", str(sequence)]) == 0
+        assert main(["run", str(sequence), "--server", server]) == 1  # not certified
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+        assert main(["describe", "--server", server, "--out", str(controller)]) == 0
+        certify_args = ["certify", str(sequence), "--policy", str(policy), "--key", str(authority_key)]
+        assert main([*certify_args, "--controller", str(controller), "--valid-days", "1"]) == 0
+        assert "until" in capsys.readouterr().out
+        assert main(["run", str(sequence), "--server", server]) == 0
+        assert "analysis 2:" in capsys.readouterr().out
 
 
 def test_command_line(tmp_path, server, capsys):
@@ -426,3 +485,70 @@ def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
     open_session(stub, stolen)
     out = io.StringIO()
     assert run(victim, channel, out=out) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(-5, 50)), min_size=1, max_size=60),
+    st.booleans(),
+    st.sampled_from(["sum", "mean"]),
+)
+def test_group_by_tables_equal_the_cell_by_cell_definition(records, two_way, statistic):
+    """The one-pass group-by (issue 14) against the definition: one scan of the data per cell."""
+    data = pd.DataFrame(records, columns=["r", "c", "v"])
+    spec = {"type": "magnitude", "rows": "r", "value": "v", "statistic": statistic}
+    if two_way:
+        spec["columns"] = "c"
+    spec["where"] = {"v": {"between": [0, 40]}}
+    evaluated = evaluate(spec, data)
+    selected = data["v"].between(0, 40).to_numpy()
+    rows, cols = sorted(data["r"].unique()), sorted(data["c"].unique()) if two_way else [None]
+    for index, (r, c) in enumerate((r, c) for r in rows for c in cols):
+        cell = selected & (data["r"] == r).to_numpy() & ((data["c"] == c).to_numpy() if two_way else True)
+        assert np.array_equal(evaluated.query_sets[index], cell)
+        assert sorted(evaluated.values[index]) == sorted(data.loc[cell, "v"].astype(float))
+        total = float(data.loc[cell, "v"].sum())
+        expected = total if statistic == "sum" else (total / cell.sum() if cell.any() else None)
+        key = f"{r}" if not two_way else f"{r}|{c}"
+        assert evaluated.result["cells"][key] == pytest.approx(expected)
+        assert evaluated.counts.loc[r, str(c)] == cell.sum()
+
+
+def test_tables_are_capped(channel):
+    """A table with more cells than the cap is refused before it is computed (INVALID_ARGUMENT)."""
+    wide = pd.DataFrame({"r": np.arange(40), "c": np.arange(40) % 30, "v": 1.0})
+    with pytest.raises(AnalysisError, match="at most 1000 cells"):
+        evaluate({"type": "frequency", "rows": "r", "columns": "c"}, wide)
+    stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+    document = prepare([{"type": "frequency", "rows": "hpw", "columns": "age"}], ANALYST)
+    session = open_session(stub, document)
+    with pytest.raises(grpc.RpcError) as failure:
+        reveal(stub, session, document, 1)
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "1000 cells" in failure.value.details()
+
+
+def test_one_analyst_does_not_hold_up_another(channel, server):
+    """Steps lock per analyst, not globally: while one analyst's step is in progress (its lock held
+    here), another analyst's analysis is answered."""
+    stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+    busy, other = prepare(GOOD[:1], ANALYST), prepare(GOOD[:1], Ed25519PrivateKey.generate())
+    busy_session, other_session = open_session(stub, busy), open_session(stub, other)
+    servicer = server.controller
+    held = servicer._lock_of(public_key_bytes(ANALYST.public_key()))
+    with held:
+        assert reveal(stub, other_session, other, 1).WhichOneof("outcome") == "result_json"
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Next(
+                controller_pb2.NextRequest(
+                    session_id=busy_session,
+                    trace=bytes.fromhex(busy["traces"][1]),
+                    pointer=busy["pointers"][0],
+                    spec=busy["specs"][busy["pointers"][0]].encode(),
+                ),
+                timeout=1,
+            )
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(0.5)  # the server's copy of the deadline (sent as a timeout) has passed too
+    # the abandoned step did not run: the busy analyst's sequence continues where it was
+    assert reveal(stub, busy_session, busy, 1).WhichOneof("outcome") == "result_json"

@@ -1,5 +1,6 @@
 """Binding sequences (Domingo-Ferrer, PSD 2022, Section 3): Propositions 1 and 2 as property tests."""
 
+import dataclasses
 import os
 
 import pytest
@@ -8,12 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from petlab.crypto.instructions import (
     MAX_INLINE,
+    MAX_POINTER,
+    SALT,
     InvalidInstruction,
     canonical_json,
     decode,
     encode,
+    pointer_of,
 )
 from petlab.crypto.trace_chain import (
+    CertificationScope,
     ChainState,
     H,
     authority_message,
@@ -31,6 +36,7 @@ from petlab.crypto.trace_chain import (
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()
+SCOPE = CertificationScope("controller-a", b"\x00" * 32, b"\x01" * 32, 2_000_000_000)
 
 specs_strategy = st.lists(
     st.dictionaries(
@@ -65,10 +71,10 @@ def test_equation_1_and_2_by_hand():
 
 def test_both_encodings_roundtrip():
     short, long = b'{"t":"mean"}', canonical_json({"type": "magnitude", "column": "x" * 100})
-    inline = decode(encode(short, "analysis-1", last=True))
+    inline = decode(encode(short, "#1", last=True))
     assert inline.spec == short and inline.last
-    reference = decode(encode(long, "analysis-2", last=False))
-    assert reference.spec is None and reference.pointer == "analysis-2" and not reference.last
+    reference = decode(encode(long, "#2", last=False))
+    assert reference.spec is None and reference.pointer == "#2" and not reference.last
     assert len(short) <= MAX_INLINE < len(long)
 
 
@@ -125,7 +131,7 @@ def test_changed_stored_spec_is_detected():
     long_spec = canonical_json({"type": "frequency", "columns": ["age", "sex"], "note": "y" * 60})
     sequence = seal([long_spec], ANALYST)
     tampered = dict(sequence.specs)
-    tampered["analysis-1"] = long_spec.replace(b"age", b"agf")
+    tampered["#1"] = long_spec.replace(b"age", b"agf")
     with pytest.raises(InvalidInstruction, match="does not match its hash"):
         next_analysis(ChainState(sequence.traces[0]), sequence.traces[1], tampered)
     with pytest.raises(InvalidInstruction, match="not revealed"):
@@ -139,19 +145,25 @@ def test_signatures_bind_to_this_first_trace_and_analyst():
         verify_seal(other.traces[0], ANALYST.public_key(), sequence.analyst_signature)
     with pytest.raises(ValueError, match="analyst's signature"):
         verify_seal(sequence.traces[0], Ed25519PrivateKey.generate().public_key(), sequence.analyst_signature)
-    co_signature = AUTHORITY.sign(authority_message(sequence.traces[0], ANALYST.public_key()))
+    co_signature = AUTHORITY.sign(authority_message(sequence.traces[0], ANALYST.public_key(), SCOPE))
     verify_seal(
         sequence.traces[0],
         ANALYST.public_key(),
         sequence.analyst_signature,
         AUTHORITY.public_key(),
         co_signature,
+        SCOPE,
     )
     with pytest.raises(ValueError, match="co-signature"):
         verify_seal(
-            sequence.traces[0], ANALYST.public_key(), sequence.analyst_signature, AUTHORITY.public_key(), None
+            sequence.traces[0],
+            ANALYST.public_key(),
+            sequence.analyst_signature,
+            AUTHORITY.public_key(),
+            None,
+            SCOPE,
         )
-    moved = AUTHORITY.sign(authority_message(other.traces[0], ANALYST.public_key()))
+    moved = AUTHORITY.sign(authority_message(other.traces[0], ANALYST.public_key(), SCOPE))
     with pytest.raises(ValueError, match="authority's co-signature"):
         verify_seal(
             sequence.traces[0],
@@ -159,7 +171,48 @@ def test_signatures_bind_to_this_first_trace_and_analyst():
             sequence.analyst_signature,
             AUTHORITY.public_key(),
             moved,
+            SCOPE,
         )
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        {"controller_id": "controller-b"},
+        {"dataset_sha256": b"\x02" * 32},
+        {"rules_sha256": b"\x03" * 32},
+        {"expires": SCOPE.expires + 1},
+    ],
+    ids=["other controller", "other data set", "other rules", "other expiry"],
+)
+def test_co_signature_holds_only_in_its_scope(elsewhere):
+    """An authority's co-signature replayed at another controller, against other data, under other
+    rules or with a later expiry does not verify; past its expiry it is refused too."""
+    sequence = seal([b'{"t":1}'], ANALYST)
+    co_signature = AUTHORITY.sign(authority_message(sequence.traces[0], ANALYST.public_key(), SCOPE))
+    seal_args = (sequence.traces[0], ANALYST.public_key(), sequence.analyst_signature, AUTHORITY.public_key())
+    with pytest.raises(ValueError, match="for this controller, data set and rules"):
+        verify_seal(*seal_args, co_signature, dataclasses.replace(SCOPE, **elsewhere))
+    verify_seal(*seal_args, co_signature, SCOPE, now=SCOPE.expires - 1)
+    with pytest.raises(ValueError, match="expired"):
+        verify_seal(*seal_args, co_signature, SCOPE, now=SCOPE.expires)
+    with pytest.raises(ValueError, match="scope"):
+        verify_seal(*seal_args, co_signature, None)
+
+
+def test_sixteen_byte_salts_and_old_format_refused():
+    """Format 2: every instruction carries 16 fresh random bytes, so the same analyses never give
+    the same T_0; a format-1 instruction (8-byte salt) is refused with a clear message."""
+    spec = b'{"t":1}'
+    first, second = encode(spec, "#1", True), encode(spec, "#1", True)
+    assert first[-SALT - 8 : -8] != second[-SALT - 8 : -8] and SALT == 16
+    assert seal([spec], ANALYST).traces[0] != seal([spec], ANALYST).traces[0]
+    old = first[:-8] + b"PETLAB\x01\x00"
+    with pytest.raises(InvalidInstruction, match="format version 1"):
+        decode(old)
+    with pytest.raises(ValueError, match="9999"):
+        pointer_of(10_000)
+    assert len(pointer_of(9999).encode()) <= MAX_POINTER
 
 
 def test_keys_roundtrip_through_pem():
