@@ -3,10 +3,12 @@ exhaustive enumeration on tiny domains."""
 
 import itertools
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
 from petlab.plaindata.onthemap.privacy import (
+    SLACK,
     accept_reject_epsilon,
     dirichlet_multinomial_logpmf,
     dp_alpha,
@@ -16,10 +18,13 @@ from petlab.plaindata.onthemap.privacy import (
     log_union_tail,
     pdp_alpha,
     pdp_threshold,
+    shrunk_domain_bounds,
     shrunk_epsilon,
+    shrunk_union_tail_alphas,
     union_tail_alphas,
     worst_case_ratio,
 )
+from scipy import stats
 
 
 def test_theorem_4_1_worked_examples():
@@ -232,3 +237,106 @@ def test_boundary_priors_accept_their_boundary_draws(epsilon):
         assert gamma_good(np.array([n]), np.array([n]), alpha, gamma)
         good = gamma_good_by_group(np.array([0]), np.array([n]), np.array([n]), np.array([alpha]), gamma, 1)
         assert good[0]
+
+
+def test_shrunk_domain_bounds_hold_for_the_binomial_sum():
+    """The Chernoff and Bernstein bounds on the public Bernoulli sum S (each failing w.p. <= 1%),
+    checked against 200,000 simulated sums per geography."""
+    rng = np.random.default_rng(3)
+    keep = np.array([1.0, 0.6, 0.3, 0.15, 0.08, 0.05, 0.0378])
+    for band_blocks in ([3, 10, 30, 60, 200, 600, 2000], [1, 2, 2, 5, 8, 20, 60], [9, 40, 150, 0, 0, 0, 0]):
+        bounds = shrunk_domain_bounds(np.array([band_blocks]), keep, 0.01)
+        sums = sum(rng.binomial(k, f, size=200_000) for k, f in zip(band_blocks, keep, strict=True))
+        assert (sums < bounds.k_low[0]).mean() <= 0.01
+        assert (sums > bounds.empty_high[0]).mean() <= 0.01
+        assert bounds.k_low[0] <= np.quantile(sums, 0.01) and bounds.empty_high[0] >= np.quantile(sums, 0.99)
+
+
+@pytest.mark.parametrize("x", [0, 1, 3])
+def test_beta_binomial_tails_fall_as_the_domain_grows(x):
+    """The step of the shrunk-domain bound: T_k(x) is non-increasing in k (its derivation)."""
+    n, a, gamma = 12, 0.4, math.expm1(1.5)
+    bound = math.floor(gamma * (a + max(x - 1, 0)))
+    tails = [stats.betabinom.sf(bound, n, x + a, n - x + (k - 1) * a) for k in range(2, 400)]
+    assert all(later <= earlier + 1e-15 for earlier, later in itertools.pairwise(tails))
+    assert tails[-1] < tails[0]
+
+
+def _partitions(total: int, largest: int | None = None):
+    """Integer partitions of ``total`` (non-increasing parts)."""
+    largest = total if largest is None else largest
+    if total == 0:
+        yield []
+        return
+    for first in range(min(total, largest), 0, -1):
+        for rest in _partitions(total - first, first):
+            yield [first, *rest]
+
+
+def _empty_blocks_within(t: int, empty: int, a: float, bound: int) -> float:
+    """P(no block gets more than ``bound``) when t workers fall on ``empty`` blocks by the
+    symmetric Dirichlet-multinomial DirMult(t; a, ..., a): a sum over the partitions of t, each
+    composition's probability t!/prod c_i! Gamma(e a)/Gamma(e a + t) prod Gamma(c_i + a)/Gamma(a)
+    times its number of arrangements e!/((e - parts)! prod multiplicities!)."""
+    total = 0.0
+    for parts in _partitions(t):
+        if len(parts) > empty or (parts and parts[0] > bound):
+            continue
+        log_arrangements = (
+            math.lgamma(empty + 1)
+            - math.lgamma(empty - len(parts) + 1)
+            - sum(math.lgamma(m + 1) for m in Counter(parts).values())
+        )
+        log_composition = (
+            math.lgamma(t + 1)
+            + math.lgamma(empty * a)
+            - math.lgamma(empty * a + t)
+            + sum(math.lgamma(c + a) - math.lgamma(a) - math.lgamma(c + 1) for c in parts)
+        )
+        total += math.exp(log_arrangements + log_composition)
+    return total
+
+
+def test_shrunk_prior_bounds_the_exact_probability_of_leaving_gamma_rep():
+    """Exact computation on a small geography: for every kept domain within the public bounds (k'
+    from k_low to all blocks, at most empty_high empty) and every data set of n = 3 workers,
+    Algorithm 1 with the chosen prior leaves gamma-Rep with probability at most delta_tails; the
+    full-domain prior of the code before issue 16's fix does not.
+
+    By the aggregation property, the synthetic counts of the r non-empty blocks and the total t on
+    the e empty ones are DirMult(n; x_1 + a, ..., x_r + a, e a), and given t the empty blocks get
+    the symmetric DirMult(t; a, ..., a)."""
+    epsilon, delta_tails = 1.2, 0.16
+    gamma = math.expm1(epsilon)
+    band_blocks, keep = np.array([[4, 40]]), np.array([1.0, 0.5])
+    bounds = shrunk_domain_bounds(band_blocks, keep, 0.02)
+    n, blocks = 3, int(band_blocks.sum())
+
+    def worst_leaving_rep(alpha: float, smallest: int, most_empty: int) -> float:
+        worst = 0.0
+        for real in ([3], [2, 1], [1, 1, 1]):
+            x = np.array(real)
+            for k in range(max(smallest, len(real) + 1), blocks + 1):
+                empty = k - len(real)
+                if empty > most_empty:
+                    continue
+                stays = 0.0
+                for output in compositions(n, len(real) + 1):
+                    if not in_rep(output[:-1], x, alpha, gamma):
+                        continue
+                    p = math.exp(
+                        dirichlet_multinomial_logpmf(
+                            output, np.r_[x, 0], np.r_[np.full(len(x), alpha), empty * alpha]
+                        )
+                    )
+                    stays += p * _empty_blocks_within(
+                        int(output[-1]), empty, alpha, math.floor(gamma * alpha * SLACK)
+                    )
+                worst = max(worst, 1 - stays)
+        return worst
+
+    alpha = float(shrunk_union_tail_alphas(np.array([n]), bounds, epsilon, delta_tails)[0])
+    assert bounds.k_low[0] >= 2 and alpha < n / gamma  # a real search, not the pure-DP fallback
+    assert 0 < worst_leaving_rep(alpha, bounds.k_low[0], bounds.empty_high[0]) <= delta_tails
+    full = float(union_tail_alphas(n, blocks, epsilon, delta_tails)[0])
+    assert worst_leaving_rep(full, bounds.k_low[0], bounds.empty_high[0]) > delta_tails

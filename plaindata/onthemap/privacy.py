@@ -118,10 +118,15 @@ def pdp_alpha(n: int, epsilon: float, delta: float, k: int, tolerance: float = 1
     return high
 
 
-def log_union_tail(n, k, a, c) -> np.ndarray:
-    """log of k T(0) + min(k, n) max_x T(x) (module docstring) for arrays of (n, k, a); c = gamma."""
+def log_union_tail(n, k, a, c, empty_blocks=None, shrunk: bool = False) -> np.ndarray:
+    """log of E T(0) + O max_x T(x) (module docstring) for arrays of (n, k, a); c = gamma.
+    The tails T are taken at domain size k; E, the number of empty blocks the union runs over, is
+    k unless ``empty_blocks`` is given, and O, the number of non-empty blocks, is min(k, n), or n
+    when ``shrunk`` (k is then only a lower bound on the domain: :func:`shrunk_union_tail_alphas`)."""
     n, k, a = (np.atleast_1d(np.asarray(v)) for v in np.broadcast_arrays(n, k, a))
+    empty_count = k if empty_blocks is None else np.broadcast_to(np.asarray(empty_blocks), k.shape)
     n = n.astype(np.int64)
+    occupied_count = n if shrunk else np.minimum(k, n)
     if (n < 1).any() or (k < 2).any() or (a <= 0).any() or c <= 0:
         raise ValueError("need n >= 1, k >= 2, a > 0 and gamma > 0")
     owner = np.repeat(np.arange(len(n)), n + 1)
@@ -141,12 +146,20 @@ def log_union_tail(n, k, a, c) -> np.ndarray:
     np.maximum.at(occupied, owner[x > 0], log_tail[x > 0])
     with np.errstate(divide="ignore"):
         return np.logaddexp(
-            np.log(k.astype(float)) + empty, np.log(np.minimum(k, n).astype(float)) + occupied
+            np.log(np.asarray(empty_count, dtype=float)) + empty,
+            np.log(occupied_count.astype(float)) + occupied,
         )
 
 
 def union_tail_alphas(
-    n, k, epsilon: float, delta: float, grid_points: int = 60, refinements: int = 12
+    n,
+    k,
+    epsilon: float,
+    delta: float,
+    grid_points: int = 60,
+    refinements: int = 12,
+    empty_blocks=None,
+    shrunk: bool = False,
 ) -> np.ndarray:
     """For each public (n, k): a uniform alpha with P(S not in gamma-Rep(X)) <= delta for every X
     (union-tail form, module docstring), all pairs at once.
@@ -156,14 +169,26 @@ def union_tail_alphas(
     alpha. Instead: a geometric grid of ``grid_points`` values from 1e-4 n / gamma up to n / gamma
     (which always satisfies the bound), the first grid value that satisfies it, then bisection
     between it and the grid value below, keeping an alpha that satisfies the bound throughout.
+    ``empty_blocks`` and ``shrunk`` as in :func:`log_union_tail`.
     """
     n, k = (np.atleast_1d(np.asarray(v, dtype=np.int64)) for v in np.broadcast_arrays(n, k))
+    empty = k if empty_blocks is None else np.broadcast_to(np.asarray(empty_blocks, dtype=np.int64), k.shape)
     if not 0 < delta < 1 or epsilon <= 0 or (n < 1).any() or (k < 2).any():
         raise ValueError("need 0 < delta < 1, epsilon > 0, n >= 1 and k >= 2")
     c, target = math.expm1(epsilon), math.log(delta)
     scale = np.geomspace(1e-4, 1.0, grid_points)
     grid = (n / c)[:, None] * scale[None, :]
-    holds = log_union_tail(np.repeat(n, grid_points), np.repeat(k, grid_points), grid.ravel(), c) <= target
+    holds = (
+        log_union_tail(
+            np.repeat(n, grid_points),
+            np.repeat(k, grid_points),
+            grid.ravel(),
+            c,
+            np.repeat(empty, grid_points),
+            shrunk,
+        )
+        <= target
+    )
     holds = holds.reshape(len(n), grid_points)
     holds[:, -1] = True  # n / gamma: every tail is empty
     first = holds.argmax(axis=1)
@@ -171,10 +196,84 @@ def union_tail_alphas(
     low = np.where(first > 0, grid[np.arange(len(n)), np.maximum(first - 1, 0)], high)
     for _ in range(refinements):
         middle = np.sqrt(low * high)
-        ok = log_union_tail(n, k, middle, c) <= target
+        ok = log_union_tail(n, k, middle, c, empty, shrunk) <= target
         high = np.where(ok, middle, high)
         low = np.where(ok, low, middle)
     return high
+
+
+@dataclass(frozen=True)
+class ShrunkDomainBounds:
+    """Public bounds on the domain Algorithm 2 samples for each destination (see
+    :func:`shrunk_domain_bounds`): at least ``k_low`` blocks kept, at most ``empty_high`` of them
+    empty, each failing with probability at most ``delta_each``."""
+
+    k_low: np.ndarray
+    empty_high: np.ndarray
+    delta_each: float
+
+
+def shrunk_domain_bounds(band_blocks: np.ndarray, keep: np.ndarray, delta_each: float) -> ShrunkDomainBounds:
+    """Lower bound on the kept domain size k' and upper bound on its number of empty blocks, for
+    destinations with ``band_blocks[d, b]`` blocks (empty or not) in band b, kept w.p. ``keep[b]``.
+
+    Algorithm 2 keeps every non-empty block and each empty block of band b with probability f_b.
+    Couple it with keeping *every* block of band b with probability f_b: the kept domain is then
+    at least that Bernoulli sum S, and the empty kept blocks at most S. S is a public quantity (it
+    depends on the geography, not on the data), with mean mu = sum_b f_b K_b. For sums of
+    independent Bernoullis, P(S <= mu - t) <= exp(-t^2 / (2 mu)) (Chernoff) and
+    P(S >= mu + t) <= exp(-t^2 / (2 mu + 2 t / 3)) (Bernstein; variance <= mu). Solving each for
+    ``delta_each``: k_low = floor(mu - sqrt(2 mu L)) and empty_high = ceil(mu + L / 3 +
+    sqrt(L^2 / 9 + 2 mu L)), L = ln(1 / delta_each). k_low below 2 means no useful lower bound."""
+    band_blocks = np.asarray(band_blocks, dtype=float)
+    mu = band_blocks @ np.asarray(keep, dtype=float)
+    log_inverse = math.log(1 / delta_each)
+    k_low = np.floor(mu - np.sqrt(2 * mu * log_inverse)).astype(np.int64)
+    empty_high = np.ceil(mu + log_inverse / 3 + np.sqrt(log_inverse**2 / 9 + 2 * mu * log_inverse))
+    return ShrunkDomainBounds(k_low, empty_high.astype(np.int64), delta_each)
+
+
+def shrunk_union_tail_alphas(
+    n: np.ndarray, bounds: ShrunkDomainBounds, epsilon: float, delta_tails: float, bins_per_octave: int = 4
+) -> np.ndarray:
+    """A uniform alpha per destination such that, on the event {k' >= k_low, empty kept blocks <=
+    empty_high}, P(S not in gamma-Rep(X) | kept domain) <= ``delta_tails`` for every X.
+
+    Derivation. Given the kept domain D' (k' blocks, e' of them empty), Algorithm 1 runs on D', so
+    by the union bound P(S not in gamma-Rep | D') <= e' T_{k'}(0) + min(k', n) max_x T_{k'}(x) with
+    T_k(x) the BetaBinomial(n; x + a, n - x + (k - 1) a) tail of the module docstring. That
+    beta-binomial is stochastically decreasing in its second parameter (the Beta share falls as
+    beta grows, and the binomial mixture keeps the order), so each T_k(x) is non-increasing in k:
+    for k' >= k_low and e' <= empty_high the bound is at most empty_high T_{k_low}(0) +
+    n max_x T_{k_low}(x) (at most n blocks are non-empty), which :func:`log_union_tail` evaluates
+    with k = k_low, E = empty_high and ``shrunk``. A destination without a useful lower bound
+    (k_low < 2) gets Theorem 4.1's n / gamma, for which every tail is empty whatever the domain.
+
+    To bound the number of searches, destinations are grouped by n and by k_low rounded *down* and
+    empty_high rounded *up* to a geometric grid (``bins_per_octave`` steps per doubling): each
+    group's alpha is searched at its worst corner, which bounds every member (tails fall with k,
+    the union grows with E)."""
+    n = np.asarray(n, dtype=np.int64)
+    gamma = math.expm1(epsilon)
+    alpha = n / gamma
+    usable = bounds.k_low >= 2
+    if not usable.any():
+        return alpha
+
+    def down(values: np.ndarray) -> np.ndarray:
+        steps = np.floor(np.log2(values) * bins_per_octave)
+        return np.maximum(np.floor(2 ** (steps / bins_per_octave)), 2).astype(np.int64)
+
+    def up(values: np.ndarray) -> np.ndarray:
+        steps = np.ceil(np.log2(np.maximum(values, 1)) * bins_per_octave)
+        return np.ceil(2 ** (steps / bins_per_octave)).astype(np.int64)
+
+    k_bin = np.minimum(down(bounds.k_low[usable]), bounds.k_low[usable])
+    e_bin = np.maximum(up(bounds.empty_high[usable]), bounds.empty_high[usable])
+    keys, inverse = np.unique(np.stack([n[usable], k_bin, e_bin]), axis=1, return_inverse=True)
+    searched = union_tail_alphas(keys[0], keys[1], epsilon, delta_tails, empty_blocks=keys[2], shrunk=True)
+    alpha[usable] = np.minimum(searched[inverse.ravel()], n[usable] / gamma)
+    return alpha
 
 
 def union_tail_alpha(n: int, epsilon: float, delta: float, k: int) -> float:
