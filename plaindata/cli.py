@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from petlab.plaindata.diagnostics import write_diagnostics
+from petlab.plaindata.secure_random import release_generator
 
 DIAGNOSTICS_HELP = (
     "write figures computed from the confidential data (not covered by the privacy statement) to this "
@@ -105,7 +106,7 @@ def _synthesize(args) -> int:
     origin = blocks.get_indexer(frame.h_geocode)
     count = frame.S000.to_numpy()
     seeded = args.seed is not None
-    rng = np.random.default_rng(args.seed)  # OS entropy when unseeded
+    rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     if args.command == "onthemap":
         from petlab.plaindata.onthemap.block_grid import BlockGrid
         from petlab.plaindata.onthemap.release import release
@@ -202,7 +203,7 @@ def _plausible(args) -> int:
     )
     codes = schema.encode(frame)
     seeded = args.seed is not None
-    rng = np.random.default_rng(args.seed)  # OS entropy when unseeded
+    rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
     print(f"learning the model from {len(codes)} records of {data_path} ...", file=sys.stderr)
     fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng, noise)

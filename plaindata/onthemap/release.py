@@ -51,6 +51,7 @@ from petlab.plaindata.onthemap.privacy import (
     shrunk_epsilon,
     shrunk_union_tail_alphas,
 )
+from petlab.plaindata.secure_random import release_generator
 from tqdm import tqdm
 
 TAIL_SHARE = 0.8  # of delta: leaving gamma-Rep on a kept domain within the bounds
@@ -173,7 +174,7 @@ def release(
     if not epsilon > math.log(3) or not 0 < delta < 1:
         raise ValueError("need epsilon > ln 3 (Theorem 4.4) and 0 < delta < 1")
     bands = bands or DistanceBands()
-    rng = rng or np.random.default_rng()  # the caller passes a seeded generator for tests
+    rng = rng or release_generator()  # the caller passes a seeded generator for tests
     destination, origin, count = _aggregate(destination, origin, count)
     if len(destination) and max(destination.max(), origin.max()) >= grid.blocks:
         raise ValueError("block indices must refer to the grid's blocks")

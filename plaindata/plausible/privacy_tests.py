@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from petlab.plaindata.dp.noise import NoiseSource, laplace_mechanism
+from petlab.plaindata.secure_random import release_generator
 
 
 def partitions(probabilities: np.ndarray, gamma: float) -> np.ndarray:
@@ -56,7 +57,7 @@ def count_plausible_seeds(
         raise ValueError("the candidate has probability 0 under its own seed")
     matches = parts == parts[seed]
     if max_check_plausible is not None and max_check_plausible < len(matches):
-        order = (rng or np.random.default_rng()).permutation(len(matches))[:max_check_plausible]
+        order = (rng or release_generator()).permutation(len(matches))[:max_check_plausible]
         matches = matches[order]
     count = int(matches.sum())
     return count if max_plausible is None else min(count, max_plausible)

@@ -60,6 +60,7 @@ from petlab.plaindata.plausible.privacy_tests import (
     privacy_test_2_batch,
     theorem1,
 )
+from petlab.plaindata.secure_random import release_generator
 from tqdm import tqdm
 
 
@@ -209,7 +210,7 @@ def plausible_counts(
         per_key = np.bincount(inverse[:n], minlength=int(inverse.max()) + 1)
         counts = per_key[inverse[n:]]
     if max_check_plausible is not None and max_check_plausible < n:
-        counts = (rng or np.random.default_rng()).hypergeometric(counts, n - counts, max_check_plausible)
+        counts = (rng or release_generator()).hypergeometric(counts, n - counts, max_check_plausible)
     if max_plausible is not None:
         counts = np.minimum(counts, max_plausible)
     return counts
