@@ -66,6 +66,37 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--out", type=Path, default=Path("results/onthemap_bench.csv"))
 
+    figures = commands.add_parser(
+        "onthemap-figures", help="ICDE 2008 Figures 1-4 (200 and 100 miles) and prior mass per destination"
+    )
+    figures.add_argument("--workers", type=int, default=1_500_000)
+    figures.add_argument("--seed", type=int, default=1)
+    figures.add_argument("--sample", type=int, default=120, help="destination blocks in the figures")
+    figures.add_argument("--out", type=Path, default=Path("results/onthemap_figures"))
+
+    counts = commands.add_parser(
+        "adaptive-counts", help="adaptive synthesis: synthetic against real point counts, by eps"
+    )
+    counts.add_argument("--workers", type=int, default=20_000)
+    counts.add_argument("--seed", type=int, default=1)
+    counts.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0])
+    counts.add_argument("--out", type=Path, default=Path("results/adaptive_counts.md"))
+
+    tables = commands.add_parser(
+        "plausible-tables",
+        help="plausible deniability at 100k records: the paper's Tables 3 and 5 beside ours",
+    )
+    tables.add_argument(
+        "--data", type=Path, help="ACS CSV (default: ../shared/data/acs13.csv, else the sample)"
+    )
+    tables.add_argument("--k", type=int, default=50)
+    tables.add_argument("--omega", type=int, nargs="+", default=[9, 11])
+    tables.add_argument(
+        "--per-class", type=int, default=5000, help="records per class in the distinguishing game"
+    )
+    tables.add_argument("--seed", type=int, default=1)
+    tables.add_argument("--out", type=Path, default=Path("results/plausible_tables.md"))
+
     plausible = commands.add_parser(
         "plausible-bench", help="plausible-deniability synthesis: 100k candidates, records/s and pass rate"
     )
@@ -125,6 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         from petlab.experiments import onthemap_bench
 
         return onthemap_bench.run_bench(args.workers, args.blocks, args.seed, args.out)
+    if args.command == "plausible-tables":
+        from petlab.experiments.plausible_tables import run_tables
+
+        return run_tables(args.data, args.k, args.omega, args.per_class, args.seed, args.out)
+    if args.command == "adaptive-counts":
+        from petlab.experiments.adaptive_counts import run_counts
+
+        return run_counts(args.workers, args.seed, args.eps, args.out)
+    if args.command == "onthemap-figures":
+        from petlab.experiments.onthemap_figures import run_figures
+
+        return run_figures(args.workers, args.seed, args.sample, args.out)
     if args.command == "all":
         from petlab.experiments.run_all import FULL, QUICK, run_all
 

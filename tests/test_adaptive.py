@@ -175,6 +175,24 @@ def test_leaves_partition_the_domain_and_measurement_counts_them():
     assert Counter(leaf_of_records(synthetic, q, tree).tolist()) == Counter(leaf.tolist())
 
 
+def test_leaf_counts_are_centered_on_their_noisy_sum():
+    """Issue 16: clamping each noisy leaf count at zero inflates the output by about leaves x
+    scale / 2 (every empty leaf with positive noise adds points, none removes any); centering the
+    leaves on the sum of their noisy counts (post-processing) keeps the total unbiased."""
+    q = Quadtree(2)
+    rng = np.random.default_rng(5)
+    points = rng.random((2000, 2)) * 0.25  # all in one corner: most leaves are empty
+    tree = improved_histogram(points, q, 1.0, 2.0, noise=SeededNoise(1))
+    leaves = len(tree.leaves)
+    counts = measure_leaves(points, q, tree, 0.1, SeededNoise(2))  # scale 10
+    clamped = synthesize_from_counts(q, counts, np.random.default_rng(0), centered=False)
+    centered = synthesize_from_counts(q, counts, np.random.default_rng(0))
+    assert len(centered) == max(0, round(sum(counts.values())))
+    spread = 10 * math.sqrt(2 * leaves)  # the sum's standard deviation
+    assert abs(len(centered) - 2000) < 4 * spread
+    assert len(clamped) - 2000 > 0.25 * leaves * 10 and len(clamped) - 2000 > 4 * spread
+
+
 def test_direct_synthesis_reproduces_the_data_without_noise():
     strings = ["abba", "ab", "ab", "b", "", "ba", "bab"] * 3
     out = direct_synthesis(strings, Prefixes(ALPHABET), 1e9, 6, np.random.default_rng(0), SeededNoise(1))

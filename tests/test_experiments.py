@@ -90,3 +90,21 @@ def test_counted_bytes_equal_serialized_message_sizes(server):
     assert channel.sent - before[0] == distances.ByteSize() > 4 * 256
     assert channel.received - before[1] == answer.ByteSize() > 0
     channel.close()
+
+
+def test_synthesis_utility_experiments_write_their_tables(tmp_path):
+    """``onthemap-figures`` and ``adaptive-counts`` on tiny inputs: files written, figures sane."""
+    from petlab.experiments.cli import main as experiments_main
+
+    figures = tmp_path / "figures"
+    assert experiments_main(["onthemap-figures", "--workers", "3000", "--sample", "20", "--out", str(figures)]) == 0
+    summary = pd.read_csv(figures / "onthemap_figures.csv")
+    assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean"]
+    assert (summary.mean_added_all > 0).all() and (summary.eps_prime <= 8.6).all()
+    assert all((figures / f"figure_{n}.png").stat().st_size > 0 for n in (1, 2, 3, 4))
+    counts = tmp_path / "counts.md"
+    assert experiments_main(["adaptive-counts", "--workers", "2000", "--eps", "0.5", "--out", str(counts)]) == 0
+    table = pd.read_csv(counts.with_suffix(".csv"))
+    centered = table[table.method.str.startswith("leaf counts centered")].iloc[0]
+    clamped = table[table.method.str.contains("paper")].iloc[0]
+    assert abs(centered.synthetic - centered.real) < abs(clamped.synthetic - clamped.real)

@@ -114,7 +114,8 @@ class OnTheMapRelease:
     privacy: OnTheMapPrivacy
     destinations: np.ndarray  # the destination blocks, and
     alpha: np.ndarray  # the prior per origin block chosen for each (Theorem 4.4, union-tail form)
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)  # confidential diagnostics
+    kept_domain: np.ndarray | None = None  # blocks kept by Algorithm 2 per destination (confidential)
 
 
 def _aggregate(destination, origin, count):
@@ -292,7 +293,10 @@ def release(
         "synthetic_pairs": len(out_count),
         "workers_from_empty_blocks": int(new_size.sum()),
     }
-    return OnTheMapRelease(out_destination, out_origin, out_count, privacy, dest_blocks, alpha, stats)
+    kept_domain = kept.sum(axis=1) + occupied.sum(axis=1)
+    return OnTheMapRelease(
+        out_destination, out_origin, out_count, privacy, dest_blocks, alpha, stats, kept_domain
+    )
 
 
 def _name_new_blocks(grid, dest_cell, new_d, new_b, ring_edges, origin, d_of_pair, rng) -> np.ndarray:
