@@ -119,7 +119,18 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
 def write_report(
     results: dict[str, pd.DataFrame], figures: list[Path], out: Path, machine: str, mode: str
 ) -> Path:
-    lines = [f"# petlab experiments ({mode})", "", f"Machine and software: {machine}", ""]
+    lines = [
+        f"# petlab experiments ({mode})",
+        "",
+        f"Machine and software: {machine}",
+        "",
+        "Every utility figure below is computed from the evaluation data (simulated commute data, the"
+        " ACS file) and from seeded runs: an evaluation, not a release. Figures derived from the real"
+        " records that a release would have to keep confidential (the plausible-deniability pass"
+        " rate, OnTheMap's prior mass and rejected draws) are marked *derived from the real data*;"
+        " `petlab-synth` never prints them (they go to `--diagnostics`).",
+        "",
+    ]
     knn = results.get("knn")
     if knn is not None:
         shown = knn.copy()
@@ -186,7 +197,7 @@ def write_report(
             "",
             "Model eps = 1, gamma = 4, eps0 = 1 (k: see run_all.py); TVD against other reals; classifiers"
             " trained on each set and tested on held-out reals; distinguishing accuracy on a 50/50 held-out"
-            " mix.",
+            " mix. `pass_rate` is *derived from the real data* (not covered by the release's accounting).",
             "",
             _markdown(shown),
             "",
