@@ -18,6 +18,13 @@ from pathlib import Path
 import numpy as np
 
 OPEN, FINISHED, ABORTED = "open", "finished", "aborted"
+_SESSIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {name} (session_id TEXT PRIMARY KEY, analyst_key BLOB NOT NULL,"
+    " first_trace BLOB NOT NULL, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
+    " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL,"
+    " UNIQUE (analyst_key, first_trace));"
+)
+_QUERY_SETS_TABLE = "CREATE TABLE IF NOT EXISTS query_sets (analyst_key BLOB NOT NULL, mask BLOB NOT NULL);"
 
 
 @dataclass(frozen=True)
@@ -36,14 +43,24 @@ class SessionStore:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._db = sqlite3.connect(path, check_same_thread=False)
         self.lock = threading.RLock()
-        self._db.executescript(
-            "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, analyst_key BLOB NOT NULL,"
-            " first_trace BLOB NOT NULL, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
-            " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL,"
-            " UNIQUE (analyst_key, first_trace));"
-            "CREATE TABLE IF NOT EXISTS query_sets (analyst_key BLOB NOT NULL, mask BLOB NOT NULL);"
-        )
+        self._db.executescript(_SESSIONS_TABLE.format(name="sessions") + _QUERY_SETS_TABLE)
+        self._migrate_global_first_trace()
         self._db.commit()
+
+    def _migrate_global_first_trace(self) -> None:
+        """Databases written before issue 14 made T_0 unique across all analysts (anyone who saw a
+        victim's T_0 could lock the victim out). Rebuild such a table with the per-analyst key,
+        keeping every row, in one transaction."""
+        row = self._db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'sessions'"
+        ).fetchone()
+        if row is None or "UNIQUE (analyst_key, first_trace)" in row[0]:
+            return
+        with self._db:
+            self._db.execute(_SESSIONS_TABLE.format(name="sessions_v2").rstrip(";"))
+            self._db.execute("INSERT INTO sessions_v2 SELECT * FROM sessions")
+            self._db.execute("DROP TABLE sessions")
+            self._db.execute("ALTER TABLE sessions_v2 RENAME TO sessions")
 
     def open(self, analyst_key: bytes, first_trace: bytes) -> Session | None:
         """A new session, or None if this analyst already used this T_0 (a replayed sequence).

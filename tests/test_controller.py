@@ -552,3 +552,27 @@ def test_one_analyst_does_not_hold_up_another(channel, server):
         time.sleep(0.5)  # the server's copy of the deadline (sent as a timeout) has passed too
     # the abandoned step did not run: the busy analyst's sequence continues where it was
     assert reveal(stub, busy_session, busy, 1).WhichOneof("outcome") == "result_json"
+
+
+def test_an_old_session_database_is_migrated(tmp_path):
+    """A database from before issue 14 (T_0 unique across analysts) is rebuilt with the
+    per-analyst key at start, keeping its sessions; then a squatter no longer locks anyone out."""
+    import sqlite3
+
+    from petlab.server.session_store import SessionStore
+
+    path = tmp_path / "sessions.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, analyst_key BLOB NOT NULL,"
+        " first_trace BLOB NOT NULL UNIQUE, previous_trace BLOB NOT NULL, position INTEGER NOT NULL,"
+        " status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', created REAL, updated REAL);"
+        "INSERT INTO sessions VALUES ('s1', x'01', x'aa', x'aa', 2, 'open', '', 0, 0);"
+    )
+    old.commit()
+    old.close()
+    store = SessionStore(path)
+    assert store.get("s1").position == 2
+    assert store.open(b"\x02", b"\xaa") is not None  # another analyst, the same T_0
+    assert store.open(b"\x01", b"\xaa") is None  # the same analyst replaying it
+    store.close()
