@@ -97,13 +97,18 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     from petlab.experiments.cli import main as experiments_main
 
     figures = tmp_path / "figures"
-    assert experiments_main(["onthemap-figures", "--workers", "3000", "--sample", "20", "--out", str(figures)]) == 0
+    assert (
+        experiments_main(["onthemap-figures", "--workers", "3000", "--sample", "20", "--out", str(figures)])
+        == 0
+    )
     summary = pd.read_csv(figures / "onthemap_figures.csv")
     assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean"]
     assert (summary.mean_added_all > 0).all() and (summary.eps_prime <= 8.6).all()
     assert all((figures / f"figure_{n}.png").stat().st_size > 0 for n in (1, 2, 3, 4))
     counts = tmp_path / "counts.md"
-    assert experiments_main(["adaptive-counts", "--workers", "2000", "--eps", "0.5", "--out", str(counts)]) == 0
+    assert (
+        experiments_main(["adaptive-counts", "--workers", "2000", "--eps", "0.5", "--out", str(counts)]) == 0
+    )
     table = pd.read_csv(counts.with_suffix(".csv"))
     centered = table[table.method.str.startswith("leaf counts centered")].iloc[0]
     clamped = table[table.method.str.contains("paper")].iloc[0]
