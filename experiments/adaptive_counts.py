@@ -15,7 +15,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
-from petlab.experiments.synthesis_experiments import commute_table
+from petlab.experiments.synthesis_experiments import commute_points
 from petlab.plaindata.adaptive.hierarchies import Quadtree
 from petlab.plaindata.adaptive.histograms import (
     default_threshold,
@@ -25,16 +25,13 @@ from petlab.plaindata.adaptive.histograms import (
     synthesize_from_counts,
 )
 from petlab.plaindata.dp.noise import SeededNoise
-from petlab.plaindata.metrics.commute import earthmover_approximation, to_unit_cube
+from petlab.plaindata.metrics.commute import earthmover_approximation
 
 DEPTHS = (3, 4, 5, 6)
 
 
 def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int:
-    destination, origin, count, lat, lon = commute_table(workers, seed)
-    low, high = np.array([lat.min(), lon.min()]), np.array([lat.max(), lon.max()])
-    unit = to_unit_cube(np.column_stack([lat, lon]), low, high)
-    points = np.hstack([unit[np.repeat(origin, count)], unit[np.repeat(destination, count)]])
+    points = commute_points(workers, seed)
     rows = []
     for eps in epsilons:
         domain, noise = Quadtree(4), SeededNoise(seed)

@@ -96,11 +96,17 @@ def onthemap_experiments(workers: int, seed: int, epsilons, p_mins, progress=Non
     return pd.DataFrame(rows), commute
 
 
-def adaptive_experiments(workers: int, seed: int, epsilons, max_depth: int, progress=None) -> pd.DataFrame:
+def commute_points(workers: int, seed: int) -> np.ndarray:
+    """Workers as points of [0, 1]^4: home latitude and longitude, work latitude and longitude
+    (Section 5.1 of "Synthetic Data via Differential Privacy")."""
     destination, origin, count, lat, lon = commute_table(workers, seed)
     low, high = np.array([lat.min(), lon.min()]), np.array([lat.max(), lon.max()])
     unit = to_unit_cube(np.column_stack([lat, lon]), low, high)
-    points = np.hstack([unit[np.repeat(origin, count)], unit[np.repeat(destination, count)]])
+    return np.hstack([unit[np.repeat(origin, count)], unit[np.repeat(destination, count)]])
+
+
+def adaptive_experiments(workers: int, seed: int, epsilons, max_depth: int, progress=None) -> pd.DataFrame:
+    points = commute_points(workers, seed)
     rows = []
     for eps in epsilons:
         noise, rng = SeededNoise(seed), np.random.default_rng(seed)
