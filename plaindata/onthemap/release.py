@@ -110,10 +110,15 @@ def _aggregate(destination, origin, count):
     return keys[0], keys[1], np.bincount(inverse.ravel(), weights=count).astype(np.int64)
 
 
-def choose_alphas(n: np.ndarray, k: np.ndarray, epsilon: float, delta: float) -> np.ndarray:
-    """alpha(d) for public (n(d), k(d)) pairs (module docstring, step 2)."""
+def choose_alphas(
+    n: np.ndarray, k: np.ndarray, epsilon: float, delta: float, search_domain: int | None = None
+) -> np.ndarray:
+    """alpha(d) for public (n(d), k(d)) pairs (module docstring, step 2). The first search uses
+    the domain ``search_domain`` (default: the largest k); a release split into partitions passes
+    the whole release's largest domain, so alpha(d) does not depend on the partitioning."""
     n, k = np.asarray(n, dtype=np.int64), np.asarray(k, dtype=np.int64)
-    gamma, k_max = math.expm1(epsilon), int(k.max())
+    gamma = math.expm1(epsilon)
+    k_max = int(k.max()) if search_domain is None else max(int(search_domain), int(k.max()))
     distinct_n = np.unique(n)
     per_n = union_tail_alphas(distinct_n, k_max, epsilon, delta)
     pairs, pair_index = np.unique(np.stack([n, k]), axis=1, return_inverse=True)
@@ -160,8 +165,10 @@ def release(
     rng: np.random.Generator | None = None,
     show_progress: bool = False,
     max_rounds: int = 1000,
+    alpha_search_domain: int | None = None,
 ) -> OnTheMapRelease:
-    """Synthetic O/D counts (block indices into ``grid``) with m(d) = n(d) per destination."""
+    """Synthetic O/D counts (block indices into ``grid``) with m(d) = n(d) per destination.
+    ``alpha_search_domain``: see :func:`choose_alphas` (for partitioned releases)."""
     if not epsilon > math.log(3) or not 0 < delta < 1:
         raise ValueError("need epsilon > ln 3 (Theorem 4.4) and 0 < delta < 1")
     bands = bands or DistanceBands()
@@ -191,7 +198,7 @@ def release(
     progress.update()
 
     # 2. priors, before shrinking
-    alpha = choose_alphas(n_workers, np.maximum(domain, 2), epsilon, delta)
+    alpha = choose_alphas(n_workers, np.maximum(domain, 2), epsilon, delta, alpha_search_domain)
     progress.update()
 
     # 3. Algorithm 2: kept empty blocks per (destination, band)
