@@ -117,3 +117,29 @@ def test_seeded_partitioned_release_is_reproducible(local_cluster, geography, tm
         local_cluster.client, destination[:3], origin[:3], count[:3], grid, names, settings, tmp_path / "u"
     )
     assert unseeded.root_entropy.bit_length() > 64  # from the operating system's entropy
+
+
+def test_synth_command_writes_parquet_parts_on_a_cluster(local_cluster, tmp_path, capsys):
+    from petlab.plaindata.cli import main
+    from petlab.plaindata.onthemap.commute_data import generate
+
+    od_path, crosswalk_path = generate(800, seed=4).write(tmp_path / "commute")
+    address = local_cluster.client.scheduler.address
+    command = [
+        "onthemap",
+        "--od",
+        str(od_path),
+        "--xwalk",
+        str(crosswalk_path),
+        "--out",
+        str(tmp_path / "parts"),
+    ]
+    assert main([*command, "--cluster", address, "--partitions", "3"]) == 0
+    printed = capsys.readouterr().out
+    frame = read_release(tmp_path / "parts")
+    assert len(list((tmp_path / "parts").glob("part-*.parquet"))) == 3
+    assert f"{len(frame)} O/D pairs, {int(frame.S000.sum())} workers" in printed
+    assert "epsilon'" in printed and "seeded run" not in printed
+    assert set(frame.columns) == {"w_geocode", "h_geocode", "S000"} and (frame.S000 > 0).all()
+    with pytest.raises(SystemExit, match="2"):  # one place to run, not two
+        main([*command, "--cluster", address, "--local-workers", "2"])

@@ -241,3 +241,37 @@ def read_release(out_dir: str | Path) -> pd.DataFrame:
     if not paths:
         raise ValueError(f"no release parts in {out_dir}")
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+
+
+def run_command(args, spec, destination, origin, count, blocks, latitude, longitude) -> list[str]:
+    """``petlab-synth onthemap --cluster ADDRESS | --local-workers N``: the release written as
+    Parquet parts to the directory ``args.out``; returns the privacy report's lines."""
+    from petlab.plaindata.diagnostics import write_diagnostics
+
+    from petlab.dask_cluster import DaskCluster
+
+    grid = BlockGrid.build(latitude, longitude, args.cell_miles)
+    settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
+    with DaskCluster.start(spec) as cluster:
+        print(f"releasing on the {spec.describe()} ({cluster.worker_count()} workers)", flush=True)
+        result = release_on_cluster(
+            cluster.client,
+            destination,
+            origin,
+            count,
+            grid,
+            np.asarray(blocks, dtype=object),
+            settings,
+            args.out,
+            partitions=args.partitions,
+            seed=args.seed,
+        )
+    synthetic_workers = int(result.stats["workers"])  # m(d) = n(d) inside the domain
+    print(
+        f"wrote {args.out}/: {len(result.paths)} Parquet parts, {int(result.stats['synthetic_pairs'])} "
+        f"O/D pairs, {synthetic_workers} workers"
+    )
+    if args.diagnostics:
+        write_diagnostics(args.diagnostics, dict(result.stats))
+        print(f"confidential diagnostics (not for release) in {args.diagnostics}")
+    return list(result.privacy.lines())
