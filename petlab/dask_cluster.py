@@ -93,7 +93,7 @@ class DaskCluster:
             n_workers=spec.local_workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",
             host="127.0.0.1",
         )
         return cls(Client(local, set_as_default=False), local)

@@ -149,9 +149,9 @@ class ClusterEvaluator:
         self._workers: list[str] = []
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
-        self.refresh_workers()
-        for name in self._artifacts:
-            self._model_future(name)
+        if self.refresh_workers():  # else at the first query (a scatter would wait for workers)
+            for name in self._artifacts:
+                self._model_future(name)
 
     @classmethod
     def start(cls, spec: ClusterSpec, servers: dict[str, fhe.Server]) -> ClusterEvaluator:
@@ -231,7 +231,7 @@ class ClusterEvaluator:
             ]
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                answers = _gather_within(self._client, futures, remaining)
+                answers = _gather_within(futures, remaining)
             except EvaluationTimedOut:
                 self._client.cancel(futures)
                 raise
@@ -284,14 +284,16 @@ class ClusterEvaluator:
             self._key_futures.pop(key_id, None)
 
 
-def _gather_within(client, futures: list, seconds: float | None) -> list:
-    """The futures' results, or ``EvaluationTimedOut`` after ``seconds`` (None: no limit)."""
-    from distributed import wait
-
-    try:
-        if seconds is not None and seconds <= 0:
-            raise TimeoutError
-        wait(futures, timeout=seconds)
-    except TimeoutError as exc:
-        raise EvaluationTimedOut("the call's deadline passed before the cluster answered") from exc
-    return client.gather(futures)
+def _gather_within(futures: list, seconds: float | None) -> list:
+    """The futures' results, or ``EvaluationTimedOut`` after ``seconds`` in all (None: no limit)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    results = []
+    for future in futures:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise EvaluationTimedOut("the call's deadline passed before the cluster answered")
+        try:
+            results.append(future.result(timeout=remaining))
+        except TimeoutError as exc:
+            raise EvaluationTimedOut("the call's deadline passed before the cluster answered") from exc
+    return results
