@@ -247,7 +247,7 @@ class ClusterEvaluator:
             rejected = [str(payload) for ok, payload in answers if not ok]
             if rejected:
                 raise EvaluationRejected(rejected[0])
-            return [bytes(payload) for _, payload in answers]  # type: ignore[arg-type]
+            return [bytes(payload) for _, payload in answers]
         raise ClusterUnavailable(f"the evaluation cluster could not answer: {problem}")
 
     def forget(self, key_id: str) -> None:
