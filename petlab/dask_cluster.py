@@ -66,6 +66,13 @@ def spec_from_args(args: argparse.Namespace) -> ClusterSpec:
     return ClusterSpec(address=args.cluster, local_workers=args.local_workers)
 
 
+def worker_environment(workers_on_this_machine: int) -> dict[str, str]:
+    """Dask starts workers with ``OMP_NUM_THREADS=1`` (for numpy); an FHE evaluation uses several
+    cores through it, so each of N local workers gets its share of the machine's cores."""
+    share = max(1, (os.cpu_count() or 1) // max(workers_on_this_machine, 1))
+    return {"OMP_NUM_THREADS": str(share)}
+
+
 class DaskCluster:
     """A connected ``distributed.Client`` (and the ``LocalCluster`` it owns, if any)."""
 
@@ -95,6 +102,7 @@ class DaskCluster:
             processes=True,
             dashboard_address=":0",
             host="127.0.0.1",
+            env=worker_environment(spec.local_workers),
         )
         return cls(Client(local, set_as_default=False), local)
 
