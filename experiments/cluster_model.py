@@ -140,8 +140,6 @@ def onthemap_section(rows: list[dict]) -> list[str]:
             f"(1 h - T0) = {b * national_pairs / (HOUR - t0_c):.1f} workers, and the driver's read of "
             "the input must itself be parallel (per-state files)."
         )
-    if clamped:
-        pass
     elif serial >= HOUR:
         lines.append(
             f"- the driver alone would take {serial / 60:.0f} min (a P): reading one national file "
