@@ -257,6 +257,8 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         while not stop_expiry.wait(min(60.0, options.key_idle_seconds / 4)):
             for key_id in keys.expire():
                 log.info("evaluation key %s expired", key_id)
+                if cluster is not None:  # and its bytes leave the cluster's memory
+                    cluster.forget(key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
     return RunningServer(
