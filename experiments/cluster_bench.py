@@ -12,7 +12,8 @@
   over the driver and its worker processes, sampled every 0.1 s), at two sizes.
 
 :mod:`petlab.experiments.cluster_model` turns the figures into cost models, checks them against the
-measured points and extrapolates to the national scale; the report goes to ``results/``.
+measured points and extrapolates to the national scale; the report goes to ``results/``. A part
+skipped (``--n`` or ``--synth-workers`` with no values) is reported from its CSV of an earlier run.
 """
 
 from __future__ import annotations
@@ -262,6 +263,21 @@ def write_csv(rows: list[dict], columns: list[str], path: Path) -> None:
         writer.writerows(rows)
 
 
+def read_csv(path: Path) -> list[dict]:
+    """Rows of an earlier run (a part skipped in this one), numbers parsed; none if absent."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for key, value in row.items():
+            if value in ("True", "False"):
+                row[key] = value == "True"
+            elif key != "config":
+                row[key] = float(value) if "." in value or "e" in value else int(value)
+    return rows
+
+
 def run_bench(
     ns: list[int],
     clients: int,
@@ -274,12 +290,13 @@ def run_bench(
 ) -> int:
     from petlab.experiments.cluster_model import report
 
-    knn = bench_knn(ns, clients, queries_per_client, cache_dir) if ns else []
-    if knn:
-        write_csv(knn, KNN_COLUMNS, out_dir / "cluster_bench_knn.csv")
-    synth = bench_onthemap(synth_sizes, blocks_per_worker, seed) if synth_sizes else []
-    if synth:
-        write_csv(synth, SYNTH_COLUMNS, out_dir / "cluster_bench_onthemap.csv")
+    knn_csv, synth_csv = out_dir / "cluster_bench_knn.csv", out_dir / "cluster_bench_onthemap.csv"
+    knn = bench_knn(ns, clients, queries_per_client, cache_dir) if ns else read_csv(knn_csv)
+    if ns:
+        write_csv(knn, KNN_COLUMNS, knn_csv)
+    synth = bench_onthemap(synth_sizes, blocks_per_worker, seed) if synth_sizes else read_csv(synth_csv)
+    if synth_sizes:
+        write_csv(synth, SYNTH_COLUMNS, synth_csv)
     text = report(knn, synth, os.cpu_count() or 1)
     (out_dir / "cluster_bench.md").write_text(text)
     print(text)

@@ -10,9 +10,11 @@ deadlines (:mod:`petlab.server.knn_service`). A worker only runs ``server.run`` 
   by SHA-256 of the artifact) and serialises its evaluations of that model (concrete already uses
   every core within one evaluation, so run workers with one thread each).
 * A client's key bytes are scattered once to the key's *home* worker (rendezvous hashing of the
-  key's SHA-256 over the current workers) and held there while the front end holds their future;
-  queries go to the home worker (``workers=[home]``) and may fall back to any other
-  (``allow_other_workers=True``), which then fetches the bytes from a peer once. Each worker keeps
+  key's SHA-256 over the current workers) and held there while the front end holds their future.
+  A query goes to the first worker in the key's rendezvous order with none of this front end's
+  evaluations in flight, else to the home (``workers=[chosen]``, ``allow_other_workers=True`` so the
+  scheduler may still move it): the home while the load is light, the key's next workers under
+  load, and each of those fetches the bytes from a peer once. Each worker keeps
   the last :data:`WORKER_KEY_CACHE` deserialised (and, after their first run, prepared) key sets
   in an LRU keyed by SHA-256.
 * A worker that dies mid-evaluation: the scheduler reruns the task elsewhere; if the key bytes died
@@ -130,9 +132,14 @@ def artifact_bytes(server: fhe.Server) -> bytes:
         return path.read_bytes()
 
 
+def rendezvous_order(key_digest: str, workers: list[str]) -> list[str]:
+    """The key's preference order over the workers (rendezvous hashing; the first is its home):
+    stable while workers come and go, so only a gone worker's keys move."""
+    return sorted(workers, key=lambda w: hashlib.sha256(f"{key_digest}|{w}".encode()).digest(), reverse=True)
+
+
 def home_worker(key_digest: str, workers: list[str]) -> str:
-    """Rendezvous hashing: stable while workers come and go (only a gone home's keys move)."""
-    return max(workers, key=lambda w: hashlib.sha256(f"{key_digest}|{w}".encode()).digest())
+    return rendezvous_order(key_digest, workers)[0]
 
 
 class ClusterEvaluator:
@@ -147,6 +154,7 @@ class ClusterEvaluator:
         self._model_futures: dict[str, Any] = {}
         self._key_futures: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key id -> digest, future
         self._workers: list[str] = []
+        self._in_flight: dict[str, int] = {}  # this front end's evaluations per worker
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         if self.refresh_workers():  # else at the first query (a scatter would wait for workers)
@@ -214,21 +222,24 @@ class ClusterEvaluator:
                 break
             model_future = self._model_future(model)
             key_digest, key_future = self._key_future(key_id, key_path, workers)
-            futures = [
-                self._client.submit(
+            order = rendezvous_order(key_digest, workers)
+            futures = []
+            for ciphertext in ciphertexts:
+                target = self._choose(order)
+                future = self._client.submit(
                     evaluate_on_worker,
                     self._model_digests[model],
                     model_future,
                     key_digest,
                     key_future,
                     ciphertext,
-                    workers=[home_worker(key_digest, workers)],
+                    workers=[target],
                     allow_other_workers=True,
                     retries=TASK_RETRIES,
                     pure=False,
                 )
-                for ciphertext in ciphertexts
-            ]
+                future.add_done_callback(lambda _, worker=target: self._finished(worker))
+                futures.append(future)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
                 answers = _gather_within(futures, remaining)
@@ -249,6 +260,17 @@ class ClusterEvaluator:
                 raise EvaluationRejected(rejected[0])
             return [bytes(payload) for _, payload in answers]
         raise ClusterUnavailable(f"the evaluation cluster could not answer: {problem}")
+
+    def _choose(self, order: list[str]) -> str:
+        """The first worker of ``order`` with nothing of ours in flight, else the key's home."""
+        with self._lock:
+            target = next((w for w in order if not self._in_flight.get(w)), order[0])
+            self._in_flight[target] = self._in_flight.get(target, 0) + 1
+        return target
+
+    def _finished(self, worker: str) -> None:
+        with self._lock:
+            self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
 
     def forget(self, key_id: str) -> None:
         """Release a key's bytes on the cluster (the key expired or was rejected)."""

@@ -145,3 +145,18 @@ def test_default_path_does_not_import_dask():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_rendezvous_order_moves_only_a_gone_workers_keys():
+    from petlab.server.cluster_evaluation import home_worker, rendezvous_order
+
+    workers = [f"tcp://10.0.0.{i}:9000" for i in range(5)]
+    keys = [f"{i:064x}" for i in range(200)]
+    homes = {k: home_worker(k, workers) for k in keys}
+    assert len(set(homes.values())) == 5  # spread over every worker
+    gone = workers[2]
+    for key in keys:
+        order = rendezvous_order(key, workers)
+        assert sorted(order) == sorted(workers) and order[0] == homes[key]
+        after = rendezvous_order(key, [w for w in workers if w != gone])
+        assert after == [w for w in order if w != gone]  # the rest keep their places
