@@ -88,8 +88,9 @@ def bench_knn_config(
     scratch: Path,
 ) -> dict:
     spec = ClusterSpec(local_workers=workers) if workers else ClusterSpec()
+    n = hosted["iris"].model.plan.n
     options = ServerOptions(
-        data_dir=scratch / f"server-{config}",
+        data_dir=scratch / f"server-n{n}-{config}",  # keys of another n must not be prepared
         models=[],
         port=0,
         cluster=spec,

@@ -49,6 +49,7 @@ FRONT_END_KEY_FUTURES = 32  # key sets whose bytes the cluster holds for the fro
 ATTEMPTS = 3  # submissions of one evaluation (lost key bytes, a worker killed repeatedly)
 TASK_RETRIES = 1  # Dask's own retries of a task that raised (not counting worker deaths)
 WATCH_SECONDS = 1.0
+WORKER_WAIT_SECONDS = 30.0  # a query waits this long (within its deadline) for a worker to join
 
 
 class EvaluationRejected(Exception):
@@ -217,7 +218,7 @@ class ClusterEvaluator:
         deadline = None if timeout is None else time.monotonic() + timeout
         problem = "the cluster has no workers"
         for attempt in range(ATTEMPTS):
-            workers = self._workers or self.refresh_workers()
+            workers = self._workers or self._wait_for_workers(deadline)
             if not workers:
                 break
             model_future = self._model_future(model)
@@ -260,6 +261,16 @@ class ClusterEvaluator:
                 raise EvaluationRejected(rejected[0])
             return [bytes(payload) for _, payload in answers]
         raise ClusterUnavailable(f"the evaluation cluster could not answer: {problem}")
+
+    def _wait_for_workers(self, deadline: float | None) -> list[str]:
+        """Workers, waiting up to :data:`WORKER_WAIT_SECONDS` (and the deadline) for one to
+        (re)join: a restarting worker is a transient, not an outage."""
+        give_up = time.monotonic() + WORKER_WAIT_SECONDS
+        if deadline is not None:
+            give_up = min(give_up, deadline)
+        while not (workers := self.refresh_workers()) and time.monotonic() < give_up:
+            time.sleep(0.2)
+        return workers
 
     def _choose(self, order: list[str]) -> str:
         """The first worker of ``order`` with nothing of ours in flight, else the key's home."""
