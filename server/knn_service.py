@@ -109,7 +109,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
                 continue
             if self._cluster is not None:
-                prepared += self._warm_up_on_cluster(key.key_id, hosted, ciphertext, 300.0) is None
+                prepared += self._warm_up_on_cluster(key.key_id, hosted, ciphertext, 300.0)[0]
                 continue
             try:
                 keys = parse_evaluation_keys(self._keys.read(key.key_id, key.model))
@@ -300,8 +300,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     def _warm_up_on_cluster(
         self, key_id: str, hosted: HostedModel, ciphertext: bytes, timeout: float | None
-    ) -> str | None:
-        """Prepare the keys on their home worker by one discarded evaluation; the problem, if any."""
+    ) -> tuple[bool, str]:
+        """Prepare the keys on their home worker by one discarded evaluation: (prepared, the
+        client's problem if the query does not fit; "" for none or for a cluster's failure)."""
         from petlab.server.cluster_evaluation import (
             ClusterUnavailable,
             EvaluationRejected,
@@ -315,14 +316,14 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 hosted.model.name, key_id, self._keys.touch(key_id, hosted.model.name), [ciphertext], timeout
             )
         except (ValueError, EvaluationRejected) as exc:
-            return f"the warm-up query does not fit: {exc}"
+            return False, f"the warm-up query does not fit: {exc}"
         except (EvaluationTimedOut, ClusterUnavailable) as exc:  # not the client's fault: keys kept
             log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
-            return None
-        return None
+            return False, ""
+        return True, ""
 
     def _cluster_warm_up(self, key_id: str, hosted: HostedModel, ciphertext: bytes, context) -> None:
-        problem = self._warm_up_on_cluster(key_id, hosted, ciphertext, context.time_remaining())
+        _, problem = self._warm_up_on_cluster(key_id, hosted, ciphertext, context.time_remaining())
         if problem:
             self._keys.forget(key_id)
             assert self._cluster is not None
