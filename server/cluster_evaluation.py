@@ -19,7 +19,10 @@ deadlines (:mod:`petlab.server.knn_service`). A worker only runs ``server.run`` 
   in an LRU keyed by SHA-256.
 * A worker that dies mid-evaluation: the scheduler reruns the task elsewhere; if the key bytes died
   with it, the front end scatters them again and resubmits. Either way within the call's deadline,
-  after which the future is cancelled and the call ends with DEADLINE_EXCEEDED.
+  after which the future is cancelled and the call ends with DEADLINE_EXCEEDED. A query whose
+  evaluation kills every worker that runs it (concrete crashes on some mismatched keys; the
+  scheduler gives up after ``distributed.scheduler.allowed-failures`` deaths) is not resubmitted:
+  UNAVAILABLE, so one bad query cannot crash the cluster in a loop.
 
 What the cluster's machines see: the compiled circuit, evaluation keys and ciphertexts; never a
 secret key, never a query or an answer in the clear (README, "Scaling out").
@@ -247,7 +250,10 @@ class ClusterEvaluator:
             except EvaluationTimedOut:
                 self._client.cancel(futures)
                 raise
-            except Exception as exc:  # a lost worker took the key bytes, or killed the task thrice
+            except Exception as exc:  # a lost worker took the key bytes with it
+                if _killed_workers(exc):  # the query itself killed workers (the scheduler's
+                    self._client.cancel(futures)  # allowed-failures): never resubmit it
+                    raise ClusterUnavailable(f"the evaluation killed the workers that ran it: {exc}") from exc
                 problem = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "evaluation attempt %d of %d failed (%s); resubmitting", attempt + 1, ATTEMPTS, problem
@@ -315,6 +321,12 @@ class ClusterEvaluator:
     def _forget_key(self, key_id: str) -> None:
         with self._lock:
             self._key_futures.pop(key_id, None)
+
+
+def _killed_workers(exc: Exception) -> bool:
+    from distributed import KilledWorker
+
+    return isinstance(exc, KilledWorker)
 
 
 def _gather_within(futures: list, seconds: float | None) -> list:
