@@ -97,6 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     tables.add_argument("--seed", type=int, default=1)
     tables.add_argument("--out", type=Path, default=Path("results/plausible_tables.md"))
 
+    cluster = commands.add_parser(
+        "cluster-bench",
+        help="k-NN and OnTheMap in process vs on a LocalCluster (1, 2 workers), with the extrapolation",
+    )
+    cluster.add_argument("--n", type=int, nargs="*", default=[20], help="k-NN n values (none: skip k-NN)")
+    cluster.add_argument("--clients", type=int, default=2, help="concurrent clients, each with its own keys")
+    cluster.add_argument("--queries", type=int, default=6, help="timed queries per client and configuration")
+    cluster.add_argument(
+        "--synth-workers",
+        type=int,
+        nargs="*",
+        default=[150_000, 500_000, 1_500_000],
+        help="OnTheMap sizes in workers (jobs); none: skip OnTheMap",
+    )
+    cluster.add_argument("--blocks-per-worker", type=float, default=233_726 / 1_500_000)
+    cluster.add_argument("--out", type=Path, default=Path("results"), help="directory for the CSVs and .md")
+    cluster.add_argument("--cache-dir", type=Path, default=Path(".petlab-cache/models"))
+
     plausible = commands.add_parser(
         "plausible-bench", help="plausible-deniability synthesis: 100k candidates, records/s and pass rate"
     )
@@ -168,6 +186,18 @@ def main(argv: list[str] | None = None) -> int:
         from petlab.experiments.onthemap_figures import run_figures
 
         return run_figures(args.workers, args.seed, args.sample, args.out)
+    if args.command == "cluster-bench":
+        from petlab.experiments.cluster_bench import run_bench as run_cluster_bench
+
+        return run_cluster_bench(
+            args.n,
+            args.clients,
+            args.queries,
+            args.synth_workers,
+            args.blocks_per_worker,
+            args.out,
+            args.cache_dir,
+        )
     if args.command == "all":
         from petlab.experiments.run_all import FULL, QUICK, run_all
 

@@ -3,6 +3,7 @@
 petlab-synth commute-data --workers 100000 --seed 1 --out commute/
 petlab-synth onthemap --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
     --eps 4.6 --delta 1e-5 --out synthetic.csv.gz
+petlab-synth onthemap --od ... --xwalk ... --local-workers 2 --out synthetic-parts/   # or --cluster ADDRESS
 petlab-synth adaptive --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
     --method improved --eps 1 --out adaptive.csv.gz
 petlab-synth plausible --data acs13.csv --k 50 --gamma 4 --omega 9 --eps0 1 --count 1000 \
@@ -18,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from petlab.plaindata.diagnostics import write_diagnostics
 from petlab.plaindata.secure_random import release_generator
+
+from petlab.dask_cluster import add_cluster_arguments, spec_from_args
 
 DIAGNOSTICS_HELP = (
     "write figures computed from the confidential data (not covered by the privacy statement) to this "
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     onthemap.add_argument("--eps", type=float, default=4.6)
     onthemap.add_argument("--delta", type=float, default=1e-5)
     onthemap.add_argument("--cell-miles", type=float, default=1.0, help="grid cell for distance bands")
+    add_cluster_arguments(onthemap)  # --cluster / --local-workers: --out is then a Parquet directory
+    onthemap.add_argument("--partitions", type=int, help="with a cluster: default twice its workers")
     adaptive.add_argument("--method", choices=["basic", "improved", "direct"], default="improved")
     adaptive.add_argument("--eps", type=float, default=1.0, help="epsilon per noisy count (see the report)")
     adaptive.add_argument(
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("onthemap", "adaptive"):
         try:
             return _synthesize(args)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, RuntimeError) as error:
             print(f"petlab-synth: error: {error}", file=sys.stderr)
             return 2
 
@@ -107,6 +112,15 @@ def _synthesize(args) -> int:
     count = frame.S000.to_numpy()
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
+    spec = spec_from_args(args) if args.command == "onthemap" else None
+    if spec is not None and spec.enabled:
+        from petlab.plaindata.onthemap.distributed_release import run_command
+
+        report = run_command(args, spec, destination, origin, count, blocks, latitude, longitude)
+        if seeded:
+            report.append("seeded run: reproducible randomness, NOT for release")
+        print("privacy report:\n  " + "\n  ".join(report))
+        return 0
     if args.command == "onthemap":
         from petlab.plaindata.onthemap.block_grid import BlockGrid
         from petlab.plaindata.onthemap.release import release

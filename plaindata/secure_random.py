@@ -15,6 +15,7 @@ from OpenDP's exact samplers (``petlab.plaindata.dp.noise``), never from this ge
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -33,3 +34,15 @@ def release_generator(seed: int | None = None) -> np.random.Generator:
 def is_secure(rng: np.random.Generator) -> bool:
     """Whether ``rng`` draws from the secure stream of :func:`release_generator`."""
     return isinstance(rng.bit_generator, ChaCha)
+
+
+def partition_generator(root: int, part: int, secure: bool) -> np.random.Generator:
+    """The generator of partition ``part`` of a release split across processes: independent
+    streams from one ``root``. Secure: ChaCha20 keyed with SHA-256(root, part), ``root`` 256 bits
+    from the OS. Otherwise (a seeded, reproducible run): PCG64 from ``SeedSequence(root,
+    spawn_key=(part,))``."""
+    if secure:
+        material = root.to_bytes(32, "big") + part.to_bytes(8, "big")
+        key = int.from_bytes(hashlib.sha256(b"petlab/partition-key:" + material).digest(), "big")
+        return np.random.Generator(ChaCha(key=key, rounds=CHACHA_ROUNDS))
+    return np.random.default_rng(np.random.SeedSequence(root, spawn_key=(part,)))

@@ -5,6 +5,8 @@ a sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -
 registered for another model -> FAILED_PRECONDITION; a ciphertext that does not deserialize or does
 not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED. Evaluations of
 one model are serialised by a lock (concrete already uses every core within one evaluation).
+With a Dask cluster (``server.cluster_evaluation``) the servicer still validates every request and
+holds the keys; the cluster's workers run the evaluations and the warm-ups.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from concrete import fhe
@@ -37,6 +41,9 @@ from petlab.server.key_store import (
 from petlab.server.key_warmup import WarmupStore, prepare_keys
 from petlab.server.limits import ServiceLimits, Slots, UploadWatchdog
 from petlab.server.rpc_errors import abort, model_named
+
+if TYPE_CHECKING:
+    from petlab.server.cluster_evaluation import ClusterEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +87,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         keys: KeyStore,
         warmups: WarmupStore | None = None,
         limits: ServiceLimits | None = None,
+        cluster: ClusterEvaluator | None = None,
     ):
-        self._models, self._keys, self._warmups = models, keys, warmups
+        self._models, self._keys, self._warmups, self._cluster = models, keys, warmups, cluster
         self._limits = limits or ServiceLimits()
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
         self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
@@ -99,6 +107,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         for key in stored:
             hosted, ciphertext = self._models.get(key.model), self._warmups.get(key.key_id)
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
+                continue
+            if self._cluster is not None:
+                prepared += self._warm_up_on_cluster(key.key_id, hosted, ciphertext, 300.0)[0]
                 continue
             try:
                 keys = parse_evaluation_keys(self._keys.read(key.key_id, key.model))
@@ -141,6 +152,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         if first is None:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
         hosted = self._model(first.model, context)
+        if self._cluster is not None and len(first.warmup_query) > MAX_QUERY_BYTES:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
 
         def chunks():
             yield first.data
@@ -167,6 +180,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if self._cluster is not None:  # the key store verified the keys; a worker prepares them
+            if first.warmup_query:
+                self._cluster_warm_up(stored.key_id, hosted, first.warmup_query, context)
+            return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
         keys = self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
         if first.warmup_query:
             self._warm_up(stored.key_id, hosted, keys, first.warmup_query, context)
@@ -179,6 +196,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     def _classify(self, request, context) -> knn_pb2.ClassifyResponse:
         hosted = self._model(request.model, context)
+        if self._cluster is not None:
+            (answer,) = self._on_cluster(hosted, request.key_id, [request.encrypted_query], context)
+            return knn_pb2.ClassifyResponse(encrypted_class=answer)
         keys = self._evaluation_keys(request.key_id, hosted, context)
         query = self._ciphertext(request.encrypted_query, context)
         return knn_pb2.ClassifyResponse(encrypted_class=self._run(hosted, keys, query, context))
@@ -197,6 +217,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
             )
+        if self._cluster is not None:  # the batch's queries run in parallel across the workers
+            answers = self._on_cluster(hosted, request.key_id, list(request.encrypted_queries), context)
+            return knn_pb2.ClassifyBatchResponse(encrypted_classes=answers)
         keys = self._evaluation_keys(request.key_id, hosted, context)
         queries = [self._ciphertext(q, context) for q in request.encrypted_queries]
         results = []
@@ -240,15 +263,77 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
 
-    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context) -> fhe.EvaluationKeys:
+    def _key_path(self, key_id: str, hosted: HostedModel, context) -> Path:
         try:
-            path = self._keys.touch(key_id, hosted.model.name)
+            return self._keys.touch(key_id, hosted.model.name)
         except MalformedKeyId as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except KeyForAnotherModel as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    def _on_cluster(self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context) -> list[bytes]:
+        """Validate here, evaluate on the cluster, within the call's deadline."""
+        from petlab.server.cluster_evaluation import (
+            ClusterUnavailable,
+            EvaluationRejected,
+            EvaluationTimedOut,
+        )
+
+        assert self._cluster is not None
+        path = self._key_path(key_id, hosted, context)
+        for ciphertext in ciphertexts:
+            self._ciphertext(ciphertext, context)
+        try:
+            return self._cluster.classify(
+                hosted.model.name, key_id, path, ciphertexts, context.time_remaining()
+            )
+        except EvaluationRejected as exc:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except EvaluationTimedOut as exc:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+        except ClusterUnavailable as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    def _warm_up_on_cluster(
+        self, key_id: str, hosted: HostedModel, ciphertext: bytes, timeout: float | None
+    ) -> tuple[bool, str]:
+        """Prepare the keys on their home worker by one discarded evaluation: (prepared, the
+        client's problem if the query does not fit; "" for none or for a cluster's failure)."""
+        from petlab.server.cluster_evaluation import (
+            ClusterUnavailable,
+            EvaluationRejected,
+            EvaluationTimedOut,
+        )
+
+        assert self._cluster is not None
+        try:
+            parse_ciphertext(ciphertext)
+            self._cluster.classify(
+                hosted.model.name, key_id, self._keys.touch(key_id, hosted.model.name), [ciphertext], timeout
+            )
+        except (ValueError, EvaluationRejected) as exc:
+            return False, f"the warm-up query does not fit: {exc}"
+        except (EvaluationTimedOut, ClusterUnavailable) as exc:  # not the client's fault: keys kept
+            log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
+            return False, ""
+        return True, ""
+
+    def _cluster_warm_up(self, key_id: str, hosted: HostedModel, ciphertext: bytes, context) -> None:
+        _, problem = self._warm_up_on_cluster(key_id, hosted, ciphertext, context.time_remaining())
+        if problem:
+            self._keys.forget(key_id)
+            assert self._cluster is not None
+            self._cluster.forget(key_id)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if self._warmups is not None:
+            self._warmups.put(key_id, ciphertext)
+
+    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context) -> fhe.EvaluationKeys:
+        path = self._key_path(key_id, hosted, context)
         with self._key_cache_lock:
             if key_id in self._key_cache:
                 self._key_cache.move_to_end(key_id)

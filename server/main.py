@@ -43,6 +43,7 @@ from petlab.server.analysis_options import (
     load_analysts,
     load_rules,
 )
+from petlab.server.cluster_evaluation import ClusterEvaluator
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, bundled_public_bounds, load_bounds_file, load_bundled, load_csv
 from petlab.server.key_store import KeyStore
@@ -52,6 +53,8 @@ from petlab.server.limits import ServiceLimits
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
 from petlab.server.session_store import SessionStore
+
+from petlab.dask_cluster import ClusterSpec, add_cluster_arguments, spec_from_args
 
 log = logging.getLogger("petlab.server")
 
@@ -89,6 +92,7 @@ class ServerOptions:
     enable_paillier_baseline: bool = False
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
 
 
 @dataclass
@@ -102,6 +106,7 @@ class RunningServer:
     sessions: SessionStore | None = None
     prepared_keys: int = 0  # stored evaluation key sets prepared at start (server.key_warmup)
     controller: ControllerServicer | None = None
+    cluster: ClusterEvaluator | None = None  # with --cluster / --local-workers
 
     def stop(self, grace: float = 10.0) -> None:
         """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
@@ -111,6 +116,8 @@ class RunningServer:
         self.keys.close()
         if self.sessions is not None:
             self.sessions.close()
+        if self.cluster is not None:
+            self.cluster.close()
         for hosted in self.hosted.values():
             hosted.server.cleanup()
 
@@ -176,7 +183,13 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
     )
-    knn_servicer = KnnServicer(hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits)
+    cluster = None
+    if options.cluster.enabled and hosted:
+        cluster = ClusterEvaluator.start(options.cluster, {name: h.server for name, h in hosted.items()})
+        log.info("evaluations run on the %s", options.cluster.describe())
+    knn_servicer = KnnServicer(
+        hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits, cluster
+    )
     prepared = knn_servicer.prepare_stored_keys()  # before the port opens: no first-query penalty
     if prepared:
         log.info("prepared %d stored evaluation key set(s)", prepared)
@@ -229,6 +242,18 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     server.start()
     for service in ("", *services):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    if cluster is not None:  # NOT_SERVING while the cluster has no workers
+
+        def cluster_health(serving: bool) -> None:
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            for service in ("", KNN_SERVICE):
+                health_servicer.set(service, status)
+
+        cluster.watch(cluster_health)
 
     stop_expiry = threading.Event()
 
@@ -236,10 +261,21 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         while not stop_expiry.wait(min(60.0, options.key_idle_seconds / 4)):
             for key_id in keys.expire():
                 log.info("evaluation key %s expired", key_id)
+                if cluster is not None:  # and its bytes leave the cluster's memory
+                    cluster.forget(key_id)
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
     return RunningServer(
-        server, port, health_servicer, keys, hosted, stop_expiry, sessions, prepared, controller
+        server,
+        port,
+        health_servicer,
+        keys,
+        hosted,
+        stop_expiry,
+        sessions,
+        prepared,
+        controller=controller,
+        cluster=cluster,
     )
 
 
@@ -375,6 +411,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ENABLE_PAILLIER_BASELINE=1] also serve the interactive Paillier baseline; it "
         "reveals distances and labels, so a caller can reconstruct the training set (experiments only)",
     )
+    add_cluster_arguments(serve)  # --cluster ADDRESS | --local-workers N: evaluations on Dask
     serve.add_argument(
         "--grace",
         type=float,
@@ -390,6 +427,10 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         bounds[name] = Path(path)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
+    try:
+        cluster = spec_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     options = ServerOptions(
         data_dir=args.data_dir,
         models=args.model or default_models,
@@ -407,6 +448,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         allow_insecure=args.allow_insecure,
         enable_paillier_baseline=args.enable_paillier_baseline,
         bounds=bounds,
+        cluster=cluster,
         analysis_data=args.analysis_data,
         authority_key=args.authority_key,
         analysts=args.analysts,

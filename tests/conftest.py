@@ -130,3 +130,18 @@ def _simulate_all(circuit, queries, reference=None):
 def simulate_all():
     """``simulate_all(circuit, queries, reference)``: see :func:`_simulate_all`."""
     return _simulate_all
+
+
+# ---------------------------------------------------------------------------------- Dask
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """One real ``LocalCluster`` of 2 worker processes (1 thread each) for every cluster test."""
+    from petlab.dask_cluster import ClusterSpec, DaskCluster
+
+    cluster = DaskCluster.start(ClusterSpec(local_workers=2))
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from petlab.plaindata import cli as synth_cli
 from petlab.plaindata.onthemap.commute_data import generate
-from petlab.plaindata.secure_random import CHACHA_ROUNDS, is_secure, release_generator
+from petlab.plaindata.secure_random import CHACHA_ROUNDS, is_secure, partition_generator, release_generator
 from scipy import stats
 
 
@@ -44,3 +44,18 @@ def test_the_synthesis_cli_releases_with_the_secure_generator(tmp_path, monkeypa
     argv = ["onthemap", "--od", str(od), "--xwalk", str(xwalk), "--out", str(tmp_path / "out.csv")]
     assert synth_cli.main(argv + ([] if seed is None else ["--seed", str(seed)])) == 0
     assert len(used) == 1 and is_secure(used[0]) == (seed is None)
+
+
+def test_partition_generators_are_independent_chacha_streams():
+    """A release split across workers: each partition's stream is ChaCha20 keyed from the root and
+    its number (distinct, reproducible from the root alone); seeded runs use spawned PCG64."""
+    root = 2**255 + 12345
+    first, again, other = (partition_generator(root, p, secure=True) for p in (0, 0, 1))
+    assert is_secure(first) and is_secure(other)
+    assert np.array_equal(first.integers(0, 2**63, 4), again.integers(0, 2**63, 4))
+    assert not np.array_equal(
+        partition_generator(root, 0, True).integers(0, 2**63, 4), other.integers(0, 2**63, 4)
+    )
+    seeded = partition_generator(7, 3, secure=False)
+    assert not is_secure(seeded)
+    assert np.array_equal(seeded.random(3), partition_generator(7, 3, secure=False).random(3))

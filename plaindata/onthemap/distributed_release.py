@@ -1,0 +1,262 @@
+"""The OnTheMap release on a Dask cluster: destinations partitioned across workers.
+
+Every step of :func:`petlab.plaindata.onthemap.release.release` acts on one destination at a time
+(its domain, its prior, Algorithm 2's kept blocks, Algorithm 1 with accept/reject, the naming of
+new blocks): alpha(d) is a function of the destination's own public n(d) and band sizes
+(:func:`~petlab.plaindata.onthemap.release.choose_alphas`), so the privacy accounting per
+destination is exactly what one process would choose, however destinations are partitioned. The
+driver
+
+1. assigns each destination to a partition by a hash of its block index (all of a destination's
+   O/D pairs land in one partition), and scatters the public grid to every worker once;
+2. runs the unchanged per-destination release on each partition as one task, with its own
+   generator (:func:`~petlab.plaindata.secure_random.partition_generator`: ChaCha20 keyed from a
+   256-bit root drawn from the operating system and the partition's number; a seeded run, for
+   reproducible tests only, uses ``SeedSequence(seed, spawn_key=(partition,))``);
+3. has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
+   the output directory (which every worker must reach: a shared file system, or an fsspec URL
+   such as ``s3://...``), and return only its privacy summary and counts.
+
+Given alpha, destinations are independent in the single-process release as well, so the output's
+law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's
+partition is recomputed (``retries``) with the same generator, overwriting the same part.
+
+The input is a gzipped LODES CSV joined to the crosswalk (not splittable), so it is read and hashed
+on the driver in one vectorised pass; the O/D arrays then cross to the workers once, by partition.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from petlab.plaindata.onthemap.block_grid import BlockGrid
+from petlab.plaindata.onthemap.privacy import shrunk_epsilon
+from petlab.plaindata.onthemap.release import DistanceBands, OnTheMapPrivacy, release
+from petlab.plaindata.secure_random import partition_generator
+
+PART_NAME = "part-{:05d}.parquet"
+RETRIES = 2
+ADDITIVE_STATS = (
+    "destinations",
+    "input_pairs",
+    "suppressed_pairs",
+    "suppressed_workers",
+    "workers",
+    "rejected_draws",
+    "synthetic_pairs",
+    "workers_from_empty_blocks",
+)
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    epsilon: float
+    delta: float
+    bands: DistanceBands = field(default_factory=DistanceBands)
+    cell_miles: float = 1.0
+
+
+@dataclass(frozen=True)
+class PartResult:
+    """What a partition's task sends back: no data, only the part's privacy summary and counts."""
+
+    part: int
+    path: str
+    privacy: OnTheMapPrivacy
+    stats: dict[str, float]
+
+
+@dataclass
+class DistributedRelease:
+    paths: list[str]
+    privacy: OnTheMapPrivacy
+    stats: dict[str, float]
+    root_entropy: int  # the SeedSequence root; a secret for a real release (it replays every draw)
+
+
+def partition_of(destination: np.ndarray, partitions: int) -> np.ndarray:
+    """Partition of each O/D pair: a hash of its destination block, so destinations never split."""
+    hashed = pd.util.hash_array(np.asarray(destination, dtype=np.int64))
+    return (hashed % np.uint64(partitions)).astype(np.int64)
+
+
+def release_partition(
+    part: int,
+    destination: np.ndarray,
+    origin: np.ndarray,
+    count: np.ndarray,
+    grid: BlockGrid,
+    block_names: np.ndarray,
+    settings: ReleaseSettings,
+    root_entropy: int,
+    secure: bool,
+    out_dir: str,
+) -> PartResult:
+    """One partition's release (runs on a worker); writes ``out_dir/part-NNNNN.parquet``."""
+    rng = partition_generator(root_entropy, part, secure)
+    result = release(
+        destination,
+        origin,
+        count,
+        grid,
+        settings.epsilon,
+        settings.delta,
+        settings.bands,
+        settings.cell_miles,
+        rng=rng,
+    )
+    frame = pd.DataFrame(
+        {
+            "w_geocode": block_names[result.destination],
+            "h_geocode": block_names[result.origin],
+            "S000": result.count,
+        }
+    )
+    path = f"{out_dir.rstrip('/')}/{PART_NAME.format(part)}"
+    frame.to_parquet(path, index=False)
+    return PartResult(part, path, result.privacy, result.stats)
+
+
+def release_on_cluster(
+    client,
+    destination,
+    origin,
+    count,
+    grid: BlockGrid,
+    block_names: np.ndarray,
+    settings: ReleaseSettings,
+    out_dir: str | Path,
+    partitions: int | None = None,
+    seed: int | None = None,
+) -> DistributedRelease:
+    """The release of :func:`~petlab.plaindata.onthemap.release.release`, destinations spread over
+    the workers of ``client`` (a ``distributed.Client``), written as Parquet parts to ``out_dir``.
+    ``partitions`` defaults to twice the number of workers; ``seed`` is for reproducible runs only
+    (the output then also depends on ``partitions``)."""
+    destination, origin, count = (np.asarray(v, dtype=np.int64) for v in (destination, origin, count))
+    if not destination.shape == origin.shape == count.shape or destination.ndim != 1 or not len(destination):
+        raise ValueError("destination, origin and count must be equal-length, non-empty vectors")
+    if max(destination.max(), origin.max()) >= grid.blocks or min(destination.min(), origin.min()) < 0:
+        raise ValueError("block indices must refer to the grid's blocks")
+    if len(block_names) != grid.blocks:
+        raise ValueError("one block name per grid block")
+    if partitions is None:
+        partitions = 2 * max(len(client.scheduler_info(n_workers=-1)["workers"]), 1)
+    if partitions < 1:
+        raise ValueError("at least one partition")
+    root_entropy = seed if seed is not None else secrets.randbits(256)
+    out = str(out_dir)
+    if "://" not in out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for stale in Path(out).glob("part-*.parquet"):  # parts of an earlier run would mix in
+            stale.unlink()
+
+    part = partition_of(destination, partitions)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(partitions + 1))
+    shared_grid, shared_names = client.scatter([grid, np.asarray(block_names)], broadcast=True)
+    futures = []
+    for p in range(partitions):
+        rows = order[bounds[p] : bounds[p + 1]]
+        if not len(rows):
+            continue
+        futures.append(
+            client.submit(
+                release_partition,
+                p,
+                destination[rows],
+                origin[rows],
+                count[rows],
+                shared_grid,
+                shared_names,
+                settings,
+                root_entropy,
+                seed is None,
+                out,
+                retries=RETRIES,
+                pure=False,
+            )
+        )
+    parts: list[PartResult] = client.gather(futures)
+    parts.sort(key=lambda r: r.part)
+    return DistributedRelease(
+        [r.path for r in parts],
+        combine_privacy([r.privacy for r in parts]),
+        combine_stats(parts),
+        root_entropy,
+    )
+
+
+def combine_privacy(parts: list[OnTheMapPrivacy]) -> OnTheMapPrivacy:
+    """The release's statement from its parts': the same eps and delta per destination; eps'
+    (Theorem 5.2) from the largest ceil(alpha) of any part, as one process computes it."""
+    first = parts[0]
+    max_ceil_alpha = max(p.max_ceil_alpha for p in parts)
+    return OnTheMapPrivacy(
+        epsilon=first.epsilon,
+        delta=first.delta,
+        epsilon_accept_reject=first.epsilon_accept_reject,
+        epsilon_after_shrinking=shrunk_epsilon(
+            first.epsilon_accept_reject, first.min_keep_probability, max_ceil_alpha
+        ),
+        min_keep_probability=first.min_keep_probability,
+        max_ceil_alpha=max_ceil_alpha,
+        min_alpha=min(p.min_alpha for p in parts),
+    )
+
+
+def combine_stats(parts: list[PartResult]) -> dict[str, float]:
+    stats: dict[str, float] = {key: sum(r.stats[key] for r in parts) for key in ADDITIVE_STATS}
+    stats["max_domain"] = max(r.stats["max_domain"] for r in parts)
+    stats["rounds"] = max(r.stats["rounds"] for r in parts)
+    total = max(stats["destinations"], 1)
+    for key in ("mean_kept_empty_blocks", "mean_prior_mass"):
+        stats[key] = sum(r.stats[key] * r.stats["destinations"] for r in parts) / total
+    stats["partitions"] = len(parts)
+    return stats
+
+
+def read_release(out_dir: str | Path) -> pd.DataFrame:
+    """All parts of a partitioned release as one frame (``w_geocode, h_geocode, S000``)."""
+    paths = sorted(Path(out_dir).glob("part-*.parquet"))
+    if not paths:
+        raise ValueError(f"no release parts in {out_dir}")
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+
+
+def run_command(args, spec, destination, origin, count, blocks, latitude, longitude) -> list[str]:
+    """``petlab-synth onthemap --cluster ADDRESS | --local-workers N``: the release written as
+    Parquet parts to the directory ``args.out``; returns the privacy report's lines."""
+    from petlab.plaindata.diagnostics import write_diagnostics
+
+    from petlab.dask_cluster import DaskCluster
+
+    grid = BlockGrid.build(latitude, longitude, args.cell_miles)
+    settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
+    with DaskCluster.start(spec) as cluster:
+        print(f"releasing on the {spec.describe()} ({cluster.worker_count()} workers)", flush=True)
+        result = release_on_cluster(
+            cluster.client,
+            destination,
+            origin,
+            count,
+            grid,
+            np.asarray(blocks, dtype=object),
+            settings,
+            args.out,
+            partitions=args.partitions,
+            seed=args.seed,
+        )
+    synthetic_workers = int(result.stats["workers"])  # m(d) = n(d) inside the domain
+    print(
+        f"wrote {args.out}/: {len(result.paths)} Parquet parts, {int(result.stats['synthetic_pairs'])} "
+        f"O/D pairs, {synthetic_workers} workers"
+    )
+    if args.diagnostics:
+        write_diagnostics(args.diagnostics, dict(result.stats))
+        print(f"confidential diagnostics (not for release) in {args.diagnostics}")
+    return list(result.privacy.lines())

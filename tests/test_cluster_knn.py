@@ -1,0 +1,162 @@
+"""Encrypted k-NN evaluations on a real LocalCluster (2 worker processes, 1 thread each) behind the
+gRPC front end: the same answers as in process, a worker killed mid-evaluation costs a retry and
+not the answer, and health follows the cluster's workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from petlab.client.knn_client import KnnRemote, make_channel
+from petlab.crypto.knn_algorithms import classify_clear
+from petlab.crypto.knn_model import KnnSettings
+from petlab.server.cluster_evaluation import worker_cache_info
+from petlab.server.datasets import load_bundled
+from petlab.server.main import parse_args
+
+from petlab.dask_cluster import ClusterSpec
+
+SETTINGS = KnnSettings(n=6, k=3, bits=4)  # the fast circuit, shared with test_grpc's compilation
+KNN = "petlab.knn.v1.KnnService"
+
+
+@pytest.fixture(scope="module")
+def hosted(hosted_model):
+    return {"iris": hosted_model("iris", SETTINGS)}
+
+
+@pytest.fixture(scope="module")
+def running(serve, hosted, local_cluster, tmp_path_factory):
+    address = local_cluster.client.scheduler.address
+    with serve(
+        tmp_path_factory.mktemp("cluster-server"), hosted, cluster=ClusterSpec(address=address)
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def remote(running, tmp_path_factory):
+    with make_channel(f"127.0.0.1:{running.port}") as channel:
+        yield KnnRemote(
+            channel, "cluster", tmp_path_factory.mktemp("client"), timeout=300, show_progress=False
+        )
+
+
+@pytest.fixture(scope="module")
+def prepared(remote):
+    return remote.prepare("iris")  # uploads the keys; the warm-up query runs on the cluster
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_bundled("iris").split()[1].features
+
+
+def reference(running, rows) -> list[int]:
+    model = running.hosted["iris"].model
+    return classify_clear(model.plan, model.quantizer.transform(rows)).tolist()
+
+
+def health_status(port: int) -> int:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(service=KNN), timeout=5).status
+
+
+@pytest.mark.slow
+def test_cluster_answers_equal_in_process_answers(running, remote, prepared, rows, local_cluster):
+    single = [remote.classify(prepared, row) for row in rows[:2]]
+    batch = remote.classify_batch(prepared, rows[:4])
+    expected = reference(running, rows[:4])  # what the in-process evaluation answers (test_grpc)
+    assert single == expected[:2] and batch == expected
+    info = local_cluster.client.run(worker_cache_info)
+    assert sum(i["evaluations"] for i in info.values()) >= 7  # warm-up, 2 single, 4 batched
+    # each worker loaded the model at most once and deserialised this client's keys at most once
+    assert all(i["models"] <= 1 and i["keys"] <= 1 for i in info.values()), info
+
+
+@pytest.mark.slow
+def test_killed_worker_costs_a_retry_not_the_answer(running, remote, prepared, rows, local_cluster):
+    client = local_cluster.client
+    before = set(client.scheduler_info(n_workers=-1)["workers"])
+    queries = rows[10:16]
+    answers: list[int] = []
+    started = time.monotonic()
+    call = threading.Thread(target=lambda: answers.extend(remote.classify_batch(prepared, queries)))
+    call.start()
+    victim = None
+    while victim is None and time.monotonic() - started < 60:
+        busy = [
+            w for w, tasks in client.processing().items() if any("evaluate_on_worker" in t for t in tasks)
+        ]
+        victim = busy[0] if busy else None
+        time.sleep(0.05)
+    assert victim is not None, "no worker picked up the evaluations"
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    time.sleep(0.2)  # mid-evaluation
+    os.kill(pid, signal.SIGKILL)
+    call.join(timeout=300)
+    assert answers == reference(running, queries)  # answered, and right, within the call's timeout
+    after = set(client.scheduler_info(n_workers=-1)["workers"])
+    assert victim in before and victim not in after  # the worker did die
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next tests
+
+
+def test_health_is_not_serving_without_workers(serve, hosted, tmp_path):
+    from distributed import LocalCluster
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty,
+        serve(tmp_path, hosted, cluster=ClusterSpec(address=empty.scheduler_address)) as running,
+    ):
+        deadline = time.monotonic() + 30
+        while health_status(running.port) != health_pb2.HealthCheckResponse.NOT_SERVING:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        empty.scale(1)
+        while health_status(running.port) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def test_cluster_flags(monkeypatch, tmp_path):
+    options, _ = parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])
+    assert options.cluster == ClusterSpec(local_workers=2)
+    monkeypatch.setenv("PETLAB_CLUSTER", "tls://scheduler:8786")
+    options, _ = parse_args(["serve", "--data-dir", str(tmp_path)])
+    assert options.cluster == ClusterSpec(address="tls://scheduler:8786") and options.cluster.enabled
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])  # and the variable
+    monkeypatch.delenv("PETLAB_CLUSTER")
+    assert not parse_args(["serve", "--data-dir", str(tmp_path)])[0].cluster.enabled
+
+
+def test_default_path_does_not_import_dask():
+    code = (
+        "import sys, petlab.server.main, petlab.plaindata.cli, petlab.server.knn_service; "
+        "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_rendezvous_order_moves_only_a_gone_workers_keys():
+    from petlab.server.cluster_evaluation import home_worker, rendezvous_order
+
+    workers = [f"tcp://10.0.0.{i}:9000" for i in range(5)]
+    keys = [f"{i:064x}" for i in range(200)]
+    homes = {k: home_worker(k, workers) for k in keys}
+    assert len(set(homes.values())) == 5  # spread over every worker
+    gone = workers[2]
+    for key in keys:
+        order = rendezvous_order(key, workers)
+        assert sorted(order) == sorted(workers) and order[0] == homes[key]
+        after = rendezvous_order(key, [w for w in workers if w != gone])
+        assert after == [w for w in order if w != gone]  # the rest keep their places
