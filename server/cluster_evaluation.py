@@ -289,6 +289,22 @@ class ClusterEvaluator:
         with self._lock:
             self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
 
+    def warm_up(
+        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
+    ) -> tuple[bool, str]:
+        """Prepare the keys on their home worker with one discarded evaluation
+        (``server.key_warmup``): ``(prepared, problem)``, the problem being the client's (the query
+        does not fit) or "" (none, or a cluster failure, logged: the keys stay registered)."""
+        try:
+            parse_ciphertext(ciphertext)
+            self.classify(model, key_id, key_path, [ciphertext], timeout)
+        except (ValueError, EvaluationRejected) as exc:
+            return False, f"the warm-up query does not fit: {exc}"
+        except (EvaluationTimedOut, ClusterUnavailable) as exc:
+            log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
+            return False, ""
+        return True, ""
+
     def forget(self, key_id: str) -> None:
         """Release a key's bytes on the cluster (the key expired or was rejected)."""
         self._forget_key(key_id)
