@@ -109,6 +109,19 @@ def test_killed_worker_costs_a_retry_not_the_answer(running, remote, prepared, r
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next tests
 
 
+@pytest.mark.slow
+def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
+    from petlab.server.cluster_evaluation import EvaluationTimedOut
+
+    remote.classify(prepared, rows[0])  # the key id is registered on this server
+    query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
+    path = running.keys.touch(prepared.key_id, "iris")
+    with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
+        running.cluster.classify("iris", prepared.key_id, path, [query], timeout=0.0)
+    (answer,) = running.cluster.classify("iris", prepared.key_id, path, [query], timeout=300.0)
+    assert prepared.client.decrypt_class(answer) == reference(running, rows[:1])[0]
+
+
 def test_health_is_not_serving_without_workers(serve, hosted, tmp_path):
     from distributed import LocalCluster
 
