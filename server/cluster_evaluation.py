@@ -159,6 +159,7 @@ class ClusterEvaluator:
         self._key_futures: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key id -> digest, future
         self._workers: list[str] = []
         self._in_flight: dict[str, int] = {}  # this front end's evaluations per worker
+        self.key_scatters = 0  # key sets sent to the cluster (once per key, unless lost with a worker)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         if self.refresh_workers():  # else at the first query (a scatter would wait for workers)
@@ -329,6 +330,7 @@ class ClusterEvaluator:
         digest = hashlib.sha256(data).hexdigest()
         future = self._client.scatter(data, workers=[home_worker(digest, workers)], hash=False)
         with self._lock:
+            self.key_scatters += 1
             self._key_futures[key_id] = (digest, future)
             while len(self._key_futures) > FRONT_END_KEY_FUTURES:
                 self._key_futures.popitem(last=False)  # dropping the future frees the worker's copy

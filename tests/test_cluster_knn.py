@@ -78,8 +78,10 @@ def test_cluster_answers_equal_in_process_answers(running, remote, prepared, row
     assert single == expected[:2] and batch == expected
     info = local_cluster.client.run(worker_cache_info)
     assert sum(i["evaluations"] for i in info.values()) >= 7  # warm-up, 2 single, 4 batched
-    # each worker loaded the model at most once and deserialised this client's keys at most once
+    # each worker loaded the model at most once and deserialised this client's keys at most once,
+    # and the key bytes left the front end once for all seven evaluations
     assert all(i["models"] <= 1 and i["keys"] <= 1 for i in info.values()), info
+    assert running.cluster.key_scatters == 1
 
 
 @pytest.mark.slow
