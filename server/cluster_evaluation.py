@@ -187,12 +187,14 @@ class ClusterEvaluator:
         return workers
 
     def watch(self, on_change: Callable[[bool], None]) -> None:
-        """Call ``on_change(serving)`` now and whenever the cluster gains its first worker or
-        loses its last one (polled every :data:`WATCH_SECONDS`)."""
+        """Call ``on_change(serving)`` now (before returning) and whenever the cluster gains its
+        first worker or loses its last one (polled every :data:`WATCH_SECONDS`)."""
+        serving = bool(self.refresh_workers())
+        on_change(serving)
 
         def loop() -> None:
-            serving = None
-            while True:
+            nonlocal serving
+            while not self._stop.wait(WATCH_SECONDS):
                 now = bool(self.refresh_workers())
                 if now != serving:
                     serving = now
@@ -200,8 +202,6 @@ class ClusterEvaluator:
                         logging.INFO if now else logging.WARNING, "cluster workers: %d", len(self._workers)
                     )
                     on_change(now)
-                if self._stop.wait(WATCH_SECONDS):
-                    return
 
         self._watcher = threading.Thread(target=loop, name="petlab-cluster-watch", daemon=True)
         self._watcher.start()
