@@ -159,6 +159,7 @@ class ClusterEvaluator:
         self._key_futures: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key id -> digest, future
         self._workers: list[str] = []
         self._in_flight: dict[str, int] = {}  # this front end's evaluations per worker
+        self._placed: dict[str, str] = {}  # task key -> the worker it was counted against
         self.key_scatters = 0  # key sets sent to the cluster (once per key, unless lost with a worker)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -243,7 +244,7 @@ class ClusterEvaluator:
                     retries=TASK_RETRIES,
                     pure=False,
                 )
-                future.add_done_callback(lambda _, worker=target: self._finished(worker))
+                self._track(future, target)
                 futures.append(future)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
@@ -263,6 +264,9 @@ class ClusterEvaluator:
                 self._forget_key(key_id)
                 self.refresh_workers()
                 continue
+            finally:  # counted as done before the caller can send its next query
+                for future in futures:
+                    self._finished(future.key)
             rejected = [str(payload) for ok, payload in answers if not ok]
             if rejected:
                 raise EvaluationRejected(rejected[0])
@@ -286,9 +290,25 @@ class ClusterEvaluator:
             self._in_flight[target] = self._in_flight.get(target, 0) + 1
         return target
 
-    def _finished(self, worker: str) -> None:
+    def in_flight(self) -> dict[str, int]:
+        """This front end's evaluations running or queued, per worker it chose."""
         with self._lock:
-            self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
+            return {worker: count for worker, count in self._in_flight.items() if count}
+
+    def _track(self, future: Any, worker: str) -> None:
+        """Count ``future`` against ``worker`` until it is done (whichever of its callback and
+        the gathering caller comes first)."""
+        with self._lock:
+            self._placed[future.key] = worker
+        future.add_done_callback(lambda done: self._finished(done.key))
+        if future.done():
+            self._finished(future.key)
+
+    def _finished(self, task_key: Any) -> None:
+        with self._lock:
+            worker = self._placed.pop(task_key, None)
+            if worker is not None:
+                self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
 
     def warm_up(
         self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None

@@ -82,6 +82,7 @@ def test_cluster_answers_equal_in_process_answers(running, remote, prepared, row
     # and the key bytes left the front end once for all seven evaluations
     assert all(i["models"] <= 1 and i["keys"] <= 1 for i in info.values()), info
     assert running.cluster.key_scatters == 1
+    assert running.cluster.in_flight() == {}  # every evaluation counted as done once answered
 
 
 @pytest.mark.slow
