@@ -144,6 +144,8 @@ def test_synth_command_writes_parquet_parts_on_a_cluster(local_cluster, tmp_path
     assert f"{len(frame)} O/D pairs, {int(frame.S000.sum())} workers" in printed
     assert "epsilon'" in printed and "seeded run" not in printed
     assert set(frame.columns) == {"w_geocode", "h_geocode", "S000"} and (frame.S000 > 0).all()
+    file_out = [*command[:-1], str(tmp_path / "synthetic.csv.gz"), "--cluster", address]
+    assert main(file_out) == 2 and "a directory for Parquet parts" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="2"):  # one place to run, not two
         main([*command, "--cluster", address, "--local-workers", "2"])
 

@@ -273,6 +273,8 @@ def run_command(args, spec, destination, origin, count, blocks, latitude, longit
 
     from petlab.dask_cluster import DaskCluster
 
+    if str(args.out).endswith((".csv", ".csv.gz", ".gz")):
+        raise ValueError(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")
     grid = BlockGrid.build(latitude, longitude, args.cell_miles)
     settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
     with DaskCluster.start(spec) as cluster:
