@@ -159,6 +159,8 @@ class ClusterEvaluator:
         self._key_futures: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key id -> digest, future
         self._workers: list[str] = []
         self._in_flight: dict[str, int] = {}  # this front end's evaluations per worker
+        self._placed: dict[str, str] = {}  # task key -> the worker it was counted against
+        self.key_scatters = 0  # key sets sent to the cluster (once per key, unless lost with a worker)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         if self.refresh_workers():  # else at the first query (a scatter would wait for workers)
@@ -186,12 +188,14 @@ class ClusterEvaluator:
         return workers
 
     def watch(self, on_change: Callable[[bool], None]) -> None:
-        """Call ``on_change(serving)`` now and whenever the cluster gains its first worker or
-        loses its last one (polled every :data:`WATCH_SECONDS`)."""
+        """Call ``on_change(serving)`` now (before returning) and whenever the cluster gains its
+        first worker or loses its last one (polled every :data:`WATCH_SECONDS`)."""
+        serving = bool(self.refresh_workers())
+        on_change(serving)
 
         def loop() -> None:
-            serving = None
-            while True:
+            nonlocal serving
+            while not self._stop.wait(WATCH_SECONDS):
                 now = bool(self.refresh_workers())
                 if now != serving:
                     serving = now
@@ -199,8 +203,6 @@ class ClusterEvaluator:
                         logging.INFO if now else logging.WARNING, "cluster workers: %d", len(self._workers)
                     )
                     on_change(now)
-                if self._stop.wait(WATCH_SECONDS):
-                    return
 
         self._watcher = threading.Thread(target=loop, name="petlab-cluster-watch", daemon=True)
         self._watcher.start()
@@ -242,7 +244,7 @@ class ClusterEvaluator:
                     retries=TASK_RETRIES,
                     pure=False,
                 )
-                future.add_done_callback(lambda _, worker=target: self._finished(worker))
+                self._track(future, target)
                 futures.append(future)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
@@ -262,6 +264,9 @@ class ClusterEvaluator:
                 self._forget_key(key_id)
                 self.refresh_workers()
                 continue
+            finally:  # counted as done before the caller can send its next query
+                for future in futures:
+                    self._finished(future.key)
             rejected = [str(payload) for ok, payload in answers if not ok]
             if rejected:
                 raise EvaluationRejected(rejected[0])
@@ -285,9 +290,41 @@ class ClusterEvaluator:
             self._in_flight[target] = self._in_flight.get(target, 0) + 1
         return target
 
-    def _finished(self, worker: str) -> None:
+    def in_flight(self) -> dict[str, int]:
+        """This front end's evaluations running or queued, per worker it chose."""
         with self._lock:
-            self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
+            return {worker: count for worker, count in self._in_flight.items() if count}
+
+    def _track(self, future: Any, worker: str) -> None:
+        """Count ``future`` against ``worker`` until it is done (whichever of its callback and
+        the gathering caller comes first)."""
+        with self._lock:
+            self._placed[future.key] = worker
+        future.add_done_callback(lambda done: self._finished(done.key))
+        if future.done():
+            self._finished(future.key)
+
+    def _finished(self, task_key: Any) -> None:
+        with self._lock:
+            worker = self._placed.pop(task_key, None)
+            if worker is not None:
+                self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
+
+    def warm_up(
+        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
+    ) -> tuple[bool, str]:
+        """Prepare the keys on their home worker with one discarded evaluation
+        (``server.key_warmup``): ``(prepared, problem)``, the problem being the client's (the query
+        does not fit) or "" (none, or a cluster failure, logged: the keys stay registered)."""
+        try:
+            parse_ciphertext(ciphertext)
+            self.classify(model, key_id, key_path, [ciphertext], timeout)
+        except (ValueError, EvaluationRejected) as exc:
+            return False, f"the warm-up query does not fit: {exc}"
+        except (EvaluationTimedOut, ClusterUnavailable) as exc:
+            log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
+            return False, ""
+        return True, ""
 
     def forget(self, key_id: str) -> None:
         """Release a key's bytes on the cluster (the key expired or was rejected)."""
@@ -313,6 +350,7 @@ class ClusterEvaluator:
         digest = hashlib.sha256(data).hexdigest()
         future = self._client.scatter(data, workers=[home_worker(digest, workers)], hash=False)
         with self._lock:
+            self.key_scatters += 1
             self._key_futures[key_id] = (digest, future)
             while len(self._key_futures) > FRONT_END_KEY_FUTURES:
                 self._key_futures.popitem(last=False)  # dropping the future frees the worker's copy

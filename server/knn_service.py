@@ -17,7 +17,6 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import grpc
 from concrete import fhe
@@ -30,6 +29,12 @@ from petlab.crypto.deployment import (
 from petlab.crypto.knn_model import KnnModel
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.call_log import logged_stream_in, logged_unary
+from petlab.server.cluster_evaluation import (
+    ClusterEvaluator,
+    ClusterUnavailable,
+    EvaluationRejected,
+    EvaluationTimedOut,
+)
 from petlab.server.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
@@ -41,9 +46,6 @@ from petlab.server.key_store import (
 from petlab.server.key_warmup import WarmupStore, prepare_keys
 from petlab.server.limits import ServiceLimits, Slots, UploadWatchdog
 from petlab.server.rpc_errors import abort, model_named
-
-if TYPE_CHECKING:
-    from petlab.server.cluster_evaluation import ClusterEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
                 continue
             if self._cluster is not None:
-                prepared += self._warm_up_on_cluster(key.key_id, hosted, ciphertext, 300.0)[0]
+                path = self._keys.touch(key.key_id, key.model)
+                prepared += self._cluster.warm_up(hosted.model.name, key.key_id, path, ciphertext, 300.0)[0]
                 continue
             try:
                 keys = parse_evaluation_keys(self._keys.read(key.key_id, key.model))
@@ -276,12 +279,6 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     def _on_cluster(self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context) -> list[bytes]:
         """Validate here, evaluate on the cluster, within the call's deadline."""
-        from petlab.server.cluster_evaluation import (
-            ClusterUnavailable,
-            EvaluationRejected,
-            EvaluationTimedOut,
-        )
-
         assert self._cluster is not None
         path = self._key_path(key_id, hosted, context)
         for ciphertext in ciphertexts:
@@ -298,35 +295,15 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         raise AssertionError("context.abort returned")  # pragma: no cover
 
-    def _warm_up_on_cluster(
-        self, key_id: str, hosted: HostedModel, ciphertext: bytes, timeout: float | None
-    ) -> tuple[bool, str]:
-        """Prepare the keys on their home worker by one discarded evaluation: (prepared, the
-        client's problem if the query does not fit; "" for none or for a cluster's failure)."""
-        from petlab.server.cluster_evaluation import (
-            ClusterUnavailable,
-            EvaluationRejected,
-            EvaluationTimedOut,
-        )
-
-        assert self._cluster is not None
-        try:
-            parse_ciphertext(ciphertext)
-            self._cluster.classify(
-                hosted.model.name, key_id, self._keys.touch(key_id, hosted.model.name), [ciphertext], timeout
-            )
-        except (ValueError, EvaluationRejected) as exc:
-            return False, f"the warm-up query does not fit: {exc}"
-        except (EvaluationTimedOut, ClusterUnavailable) as exc:  # not the client's fault: keys kept
-            log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
-            return False, ""
-        return True, ""
-
     def _cluster_warm_up(self, key_id: str, hosted: HostedModel, ciphertext: bytes, context) -> None:
-        _, problem = self._warm_up_on_cluster(key_id, hosted, ciphertext, context.time_remaining())
+        """``_warm_up`` on the key's home worker; a query that does not fit rejects the keys."""
+        assert self._cluster is not None
+        path = self._key_path(key_id, hosted, context)
+        _, problem = self._cluster.warm_up(
+            hosted.model.name, key_id, path, ciphertext, context.time_remaining()
+        )
         if problem:
             self._keys.forget(key_id)
-            assert self._cluster is not None
             self._cluster.forget(key_id)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         if self._warmups is not None:

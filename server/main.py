@@ -238,6 +238,8 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         port = server.add_insecure_port(address)
         log.warning("listening WITHOUT TLS on %s:%d: plaintext is for local demos only", options.host, port)
     if port == 0:
+        if cluster is not None:
+            cluster.close()
         raise OSError(f"could not bind {address}")
     server.start()
     for service in ("", *services):

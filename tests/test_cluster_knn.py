@@ -78,8 +78,11 @@ def test_cluster_answers_equal_in_process_answers(running, remote, prepared, row
     assert single == expected[:2] and batch == expected
     info = local_cluster.client.run(worker_cache_info)
     assert sum(i["evaluations"] for i in info.values()) >= 7  # warm-up, 2 single, 4 batched
-    # each worker loaded the model at most once and deserialised this client's keys at most once
+    # each worker loaded the model at most once and deserialised this client's keys at most once,
+    # and the key bytes left the front end once for all seven evaluations
     assert all(i["models"] <= 1 and i["keys"] <= 1 for i in info.values()), info
+    assert running.cluster.key_scatters == 1
+    assert running.cluster.in_flight() == {}  # every evaluation counted as done once answered
 
 
 @pytest.mark.slow
@@ -109,6 +112,19 @@ def test_killed_worker_costs_a_retry_not_the_answer(running, remote, prepared, r
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next tests
 
 
+@pytest.mark.slow
+def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
+    from petlab.server.cluster_evaluation import EvaluationTimedOut
+
+    remote.classify(prepared, rows[0])  # the key id is registered on this server
+    query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
+    path = running.keys.touch(prepared.key_id, "iris")
+    with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
+        running.cluster.classify("iris", prepared.key_id, path, [query], timeout=0.0)
+    (answer,) = running.cluster.classify("iris", prepared.key_id, path, [query], timeout=300.0)
+    assert prepared.client.decrypt_class(answer) == reference(running, rows[:1])[0]
+
+
 def test_health_is_not_serving_without_workers(serve, hosted, tmp_path):
     from distributed import LocalCluster
 
@@ -116,10 +132,8 @@ def test_health_is_not_serving_without_workers(serve, hosted, tmp_path):
         LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty,
         serve(tmp_path, hosted, cluster=ClusterSpec(address=empty.scheduler_address)) as running,
     ):
+        assert health_status(running.port) == health_pb2.HealthCheckResponse.NOT_SERVING  # from the start
         deadline = time.monotonic() + 30
-        while health_status(running.port) != health_pb2.HealthCheckResponse.NOT_SERVING:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
         empty.scale(1)
         while health_status(running.port) != health_pb2.HealthCheckResponse.SERVING:
             assert time.monotonic() < deadline

@@ -3,6 +3,9 @@ the single-process release: many far-apart copies of the enumerable geography of
 ``test_onthemap_release`` are independent destinations, so one partitioned release gives one draw
 per copy, compared with the exact law by the same chi-square statistic."""
 
+import os
+import signal
+import time
 from collections import Counter
 
 import numpy as np
@@ -151,5 +154,45 @@ def test_synth_command_writes_parquet_parts_on_a_cluster(local_cluster, tmp_path
     assert f"{len(frame)} O/D pairs, {int(frame.S000.sum())} workers" in printed
     assert "epsilon'" in printed and "seeded run" not in printed
     assert set(frame.columns) == {"w_geocode", "h_geocode", "S000"} and (frame.S000 > 0).all()
+    file_out = [*command[:-1], str(tmp_path / "synthetic.csv.gz"), "--cluster", address]
+    assert main(file_out) == 2 and "a directory for Parquet parts" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="2"):  # one place to run, not two
         main([*command, "--cluster", address, "--local-workers", "2"])
+
+
+class KillsAfterFirstScatterOfPairs:
+    """A ``distributed.Client`` whose first scatter of partition pairs is followed by the death of
+    a worker holding some of them (SIGKILL), before any task runs: those pairs are lost."""
+
+    def __init__(self, client):
+        self._client, self.killed = client, ""
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def scatter(self, data, **kwargs):
+        futures = self._client.scatter(data, **kwargs)
+        if not self.killed and not kwargs.get("broadcast"):
+            holders = self._client.who_has(futures)
+            self.killed = next(iter(holders[futures[0].key]))
+            pid = self._client.run(os.getpid, workers=[self.killed])[self.killed]
+            os.kill(pid, signal.SIGKILL)
+            while self.killed in self._client.scheduler_info(n_workers=-1)["workers"]:
+                time.sleep(0.05)
+        return futures
+
+
+def test_partitions_lost_with_a_worker_are_sent_again(local_cluster, geography, tmp_path, caplog):
+    grid, destination, origin, count = geography
+    names = np.array([str(i) for i in range(grid.blocks)])
+    client = KillsAfterFirstScatterOfPairs(local_cluster.client)
+    with caplog.at_level("WARNING", logger="petlab.plaindata.onthemap.distributed_release"):
+        out = release_on_cluster(
+            client, destination, origin, count, grid, names, ReleaseSettings(EPSILON, DELTA, BANDS), tmp_path,
+            partitions=4, seed=3,
+        )  # fmt: skip
+    assert client.killed and "sending it again" in caplog.text
+    assert out.stats["partitions"] == 4 and out.stats["workers"] == 3 * COPIES
+    frame = read_release(tmp_path)
+    assert frame.S000.sum() == 3 * COPIES  # every destination's workers inside the domain, once
+    local_cluster.client.wait_for_workers(2, timeout=60)

@@ -13,13 +13,14 @@ driver
    generator (:func:`~petlab.plaindata.secure_random.partition_generator`: ChaCha20 keyed from a
    256-bit root drawn from the operating system and the partition's number; a seeded run, for
    reproducible tests only, uses ``SeedSequence(seed, spawn_key=(partition,))``);
-3. has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
+3. scatters each partition's pairs straight to a worker (the scheduler holds keys, not data) and
+   has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
    the output directory (which every worker must reach: a shared file system, or an fsspec URL
    such as ``s3://...``), and return only its privacy summary and counts.
 
 Given alpha, destinations are independent in the single-process release as well, so the output's
 law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's
-partition is recomputed (``retries``) with the same generator, overwriting the same part.
+partition is sent again and recomputed with the same generator, overwriting the same part.
 
 The input is a gzipped LODES CSV joined to the crosswalk (not splittable), so it is read and hashed
 on the driver in one vectorised pass; the O/D arrays then cross to the workers once, by partition.
@@ -27,6 +28,7 @@ on the driver in one vectorised pass; the O/D arrays then cross to the workers o
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +40,11 @@ from petlab.plaindata.onthemap.privacy import shrunk_epsilon
 from petlab.plaindata.onthemap.release import DistanceBands, OnTheMapPrivacy, release
 from petlab.plaindata.secure_random import partition_generator
 
+log = logging.getLogger(__name__)
+
 PART_NAME = "part-{:05d}.parquet"
-RETRIES = 2
+RETRIES = 2  # Dask's reruns of a partition's task that raised
+ATTEMPTS = 3  # sends of a partition's pairs (they are lost with the worker that holds them)
 ADDITIVE_STATS = (
     "destinations",
     "input_pairs",
@@ -86,9 +91,7 @@ def partition_of(destination: np.ndarray, partitions: int) -> np.ndarray:
 
 def release_partition(
     part: int,
-    destination: np.ndarray,
-    origin: np.ndarray,
-    count: np.ndarray,
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
     grid: BlockGrid,
     block_names: np.ndarray,
     settings: ReleaseSettings,
@@ -96,7 +99,9 @@ def release_partition(
     secure: bool,
     out_dir: str,
 ) -> PartResult:
-    """One partition's release (runs on a worker); writes ``out_dir/part-NNNNN.parquet``."""
+    """One partition's release (runs on a worker) of its ``(destination, origin, count)``
+    ``pairs``; writes ``out_dir/part-NNNNN.parquet``."""
+    destination, origin, count = pairs
     rng = partition_generator(root_entropy, part, secure)
     result = release(
         destination,
@@ -158,21 +163,22 @@ def release_on_cluster(
     part = partition_of(destination, partitions)
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(partitions + 1))
-    shared_grid, shared_names = client.scatter([grid, np.asarray(block_names)], broadcast=True)
-    futures = []
-    for p in range(partitions):
-        rows = order[bounds[p] : bounds[p + 1]]
-        if not len(rows):
-            continue
-        futures.append(
-            client.submit(
+    pending = {p: order[bounds[p] : bounds[p + 1]] for p in range(partitions) if bounds[p + 1] > bounds[p]}
+    done: dict[int, PartResult] = {}
+    shared = None
+    for attempt in range(ATTEMPTS):
+        if shared is None or any(f.status != "finished" for f in shared):
+            shared = client.scatter([grid, np.asarray(block_names)], broadcast=True, hash=False)
+        # the pairs go straight to the workers (not through the scheduler, which keeps only keys)
+        data = client.scatter(
+            [(destination[rows], origin[rows], count[rows]) for rows in pending.values()], hash=False
+        )
+        futures = {
+            p: client.submit(
                 release_partition,
                 p,
-                destination[rows],
-                origin[rows],
-                count[rows],
-                shared_grid,
-                shared_names,
+                pairs,
+                *shared,
                 settings,
                 root_entropy,
                 seed is None,
@@ -180,15 +186,32 @@ def release_on_cluster(
                 retries=RETRIES,
                 pure=False,
             )
-        )
-    parts: list[PartResult] = client.gather(futures)
-    parts.sort(key=lambda r: r.part)
+            for p, pairs in zip(pending, data, strict=True)
+        }
+        for p, future in futures.items():
+            try:
+                done[p] = future.result()
+            except Exception as exc:  # a worker died with the partition's scattered pairs
+                if _killed_workers(exc) or attempt == ATTEMPTS - 1:
+                    raise RuntimeError(f"partition {p} of the release failed: {exc}") from exc
+                log.warning("partition %d failed (%s: %s); sending it again", p, type(exc).__name__, exc)
+        pending = {p: rows for p, rows in pending.items() if p not in done}
+        if not pending:
+            break
+    parts = [done[p] for p in sorted(done)]
     return DistributedRelease(
         [r.path for r in parts],
         combine_privacy([r.privacy for r in parts]),
         combine_stats(parts),
         root_entropy,
     )
+
+
+def _killed_workers(exc: Exception) -> bool:
+    """The task itself killed the workers that ran it (``distributed``'s allowed-failures)."""
+    from distributed import KilledWorker
+
+    return isinstance(exc, KilledWorker)
 
 
 def combine_privacy(parts: list[OnTheMapPrivacy]) -> OnTheMapPrivacy:
@@ -235,6 +258,8 @@ def run_command(args, spec, destination, origin, count, blocks, latitude, longit
 
     from petlab.dask_cluster import DaskCluster
 
+    if str(args.out).endswith((".csv", ".csv.gz", ".gz")):
+        raise ValueError(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")
     grid = BlockGrid.build(latitude, longitude, args.cell_miles)
     settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
     with DaskCluster.start(spec) as cluster:
