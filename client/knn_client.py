@@ -20,6 +20,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from petlab.client.bearer import with_token
 from petlab.client.files import private_directory, write_owner_only
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
@@ -222,8 +223,14 @@ def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:
 
 
 def make_channel(
-    address: str, tls_ca: Path | None = None, tls_cert: Path | None = None, tls_key: Path | None = None
+    address: str,
+    tls_ca: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    token: str | None = None,
 ) -> grpc.Channel:
+    """A channel to ``address``: TLS when a CA or client certificate is given, and the bearer
+    ``token`` on every call when given (``client.bearer``)."""
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
@@ -231,8 +238,8 @@ def make_channel(
             private_key=tls_key.read_bytes() if tls_key else None,
             certificate_chain=tls_cert.read_bytes() if tls_cert else None,
         )
-        return grpc.secure_channel(address, credentials, options)
-    return grpc.insecure_channel(address, options)
+        return with_token(grpc.secure_channel(address, credentials, options), token)
+    return with_token(grpc.insecure_channel(address, options), token)
 
 
 def _retry_after(exc: grpc.RpcError) -> float:

@@ -5,6 +5,10 @@ a sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -
 registered for another model -> FAILED_PRECONDITION; a ciphertext that does not deserialize or does
 not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED. Evaluations of
 one model are serialised by a lock (concrete already uses every core within one evaluation).
+
+Every call first names its owner (``server.identities``): with tokens or client certificates
+configured, an unidentified call is UNAUTHENTICATED, a key id is found only for the owner who
+registered it, and each owner's uploads and evaluations take a per-owner slot before a shared one.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from petlab.crypto.deployment import (
 from petlab.crypto.knn_model import KnnModel
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.call_log import logged_stream_in, logged_unary
+from petlab.server.identities import CallerIdentities
 from petlab.server.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
@@ -35,7 +40,7 @@ from petlab.server.key_store import (
     UploadMismatch,
 )
 from petlab.server.key_warmup import WarmupStore, prepare_keys
-from petlab.server.limits import ServiceLimits, Slots, UploadWatchdog
+from petlab.server.limits import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
 from petlab.server.rpc_errors import abort, model_named
 
 log = logging.getLogger(__name__)
@@ -80,11 +85,16 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         keys: KeyStore,
         warmups: WarmupStore | None = None,
         limits: ServiceLimits | None = None,
+        identities: CallerIdentities | None = None,
     ):
         self._models, self._keys, self._warmups = models, keys, warmups
         self._limits = limits or ServiceLimits()
+        self._identities = identities or CallerIdentities()
+        enforced = self._identities.enforced
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
         self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
+        self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
+        self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
         self._key_cache: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._key_cache_lock = threading.Lock()
 
@@ -116,10 +126,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_unary
     def ListModels(self, request, context):
+        self._identities.owner(context)
         return knn_pb2.ListModelsResponse(models=[m.info() for m in self._models.values()])
 
     @logged_unary
     def GetClientSpecs(self, request, context):
+        self._identities.owner(context)
         hosted = self._model(request.model, context)
         return knn_pb2.GetClientSpecsResponse(
             model=hosted.info(), client_specs=hosted.specs, specs_sha256=hosted.specs_sha256
@@ -127,15 +139,22 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_stream_in
     def RegisterKeys(self, request_iterator, context):
-        with self._upload_slots.held(context), UploadWatchdog(context, self._limits) as watchdog:
+        owner = self._identities.owner(context)
+        with (
+            self._owner_uploads.held(owner, context),
+            self._upload_slots.held(context),
+            UploadWatchdog(context, self._limits) as watchdog,
+        ):
             try:
-                return self._register(request_iterator, context, watchdog)
+                return self._register(request_iterator, context, watchdog, owner)
             except grpc.RpcError:  # the watchdog cancelled the call: nothing was stored
                 reason = watchdog.reason or "the upload was cancelled"
                 log.info("key upload from %s cancelled: %s", context.peer(), reason)
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, reason)
 
-    def _register(self, request_iterator, context, watchdog: UploadWatchdog) -> knn_pb2.RegisterKeysResponse:
+    def _register(
+        self, request_iterator, context, watchdog: UploadWatchdog, owner: str
+    ) -> knn_pb2.RegisterKeysResponse:
         first = next(request_iterator, None)
         watchdog.received(len(first.data) if first is not None else 0)
         if first is None:
@@ -153,7 +172,6 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 yield chunk.data
             watchdog.finish()  # every byte is in; verification is not the client's delay
 
-        owner = context.peer() or "unknown"
         try:
             stored = self._keys.put(
                 hosted.model.name,
@@ -163,32 +181,34 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 chunks(),
                 verify=_evaluation_keys_file,
             )
-        except KeyTooLarge as exc:
+        except KeyTooLarge as exc:  # the store's cap or the owner's quota
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        keys = self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
+        keys = self._evaluation_keys(stored.key_id, hosted, context, owner)  # rejects (and forgets) garbage
         if first.warmup_query:
             self._warm_up(stored.key_id, hosted, keys, first.warmup_query, context)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
 
     @logged_unary
     def Classify(self, request, context):
-        with self._evaluation_slots.held(context):
-            return self._classify(request, context)
+        owner = self._identities.owner(context)
+        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+            return self._classify(request, context, owner)
 
-    def _classify(self, request, context) -> knn_pb2.ClassifyResponse:
+    def _classify(self, request, context, owner: str) -> knn_pb2.ClassifyResponse:
         hosted = self._model(request.model, context)
-        keys = self._evaluation_keys(request.key_id, hosted, context)
+        keys = self._evaluation_keys(request.key_id, hosted, context, owner)
         query = self._ciphertext(request.encrypted_query, context)
         return knn_pb2.ClassifyResponse(encrypted_class=self._run(hosted, keys, query, context))
 
     @logged_unary
     def ClassifyBatch(self, request, context):
-        with self._evaluation_slots.held(context):
-            return self._classify_batch(request, context)
+        owner = self._identities.owner(context)
+        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+            return self._classify_batch(request, context, owner)
 
-    def _classify_batch(self, request, context) -> knn_pb2.ClassifyBatchResponse:
+    def _classify_batch(self, request, context, owner: str) -> knn_pb2.ClassifyBatchResponse:
         hosted = self._model(request.model, context)
         if not request.encrypted_queries:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
@@ -197,7 +217,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
             )
-        keys = self._evaluation_keys(request.key_id, hosted, context)
+        keys = self._evaluation_keys(request.key_id, hosted, context, owner)
         queries = [self._ciphertext(q, context) for q in request.encrypted_queries]
         results = []
         for query in queries:
@@ -240,9 +260,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
 
-    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context) -> fhe.EvaluationKeys:
+    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context, owner: str) -> fhe.EvaluationKeys:
         try:
-            path = self._keys.touch(key_id, hosted.model.name)
+            path = self._keys.touch(key_id, hosted.model.name, owner if self._identities.enforced else None)
         except MalformedKeyId as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:

@@ -44,6 +44,7 @@ from petlab.server.analysis_options import (
 )
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, bundled_public_bounds, load_bounds_file, load_bundled, load_csv
+from petlab.server.identity_options import add_identity_arguments, caller_identities, owner_quota
 from petlab.server.key_store import KeyStore
 from petlab.server.key_warmup import WarmupStore
 from petlab.server.knn_service import HostedModel, KnnServicer
@@ -87,6 +88,9 @@ class ServerOptions:
     enable_paillier_baseline: bool = False
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
+    tokens: Path | None = None  # bearer tokens file: identifies callers (server.identities)
+    owner_cap_bytes: int = 1 << 30  # per identified owner (tokens or client certificates)
+    owner_max_keys: int = 4
 
 
 @dataclass
@@ -167,13 +171,27 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     rules = load_rules(options.rules)
     analysts = load_analysts(options.analysts) if options.analysts else None
     authority = load_public_key(options.authority_key.read_bytes()) if options.authority_key else None
-    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds)
+    tls_client_certificates = bool(options.tls_cert and options.tls_key and options.tls_client_ca)
+    identities = caller_identities(options.tokens, tls_client_certificates)
+    quota = owner_quota(identities, options.owner_cap_bytes, options.owner_max_keys, options.key_cap_bytes)
+    if options.tokens and plaintext and not _is_loopback(options.host):
+        log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
+    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds, quota=quota)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
     )
-    knn_servicer = KnnServicer(hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits)
+    knn_servicer = KnnServicer(
+        hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits, identities
+    )
+    if identities.enforced:
+        log.info(
+            "callers identified by %s; per-owner quota %d bytes, %d key sets",
+            "bearer token" if options.tokens else "client certificate",
+            quota.max_bytes if quota else 0,
+            quota.max_keys if quota else 0,
+        )
     prepared = knn_servicer.prepare_stored_keys()  # before the port opens: no first-query penalty
     if prepared:
         log.info("prepared %d stored evaluation key set(s)", prepared)
@@ -331,6 +349,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
     add_analysis_arguments(serve, _env)
+    add_identity_arguments(serve, _env)
     serve.add_argument(
         "--bounds",
         action="append",
@@ -412,7 +431,12 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
             evaluation_slots=args.evaluation_slots,
             first_chunk_seconds=args.upload_first_chunk_seconds,
             min_bytes_per_second=args.upload_min_kib_per_second * 1024,
+            owner_upload_slots=args.owner_upload_slots,
+            owner_evaluation_slots=args.owner_evaluation_slots,
         ),
+        tokens=args.tokens,
+        owner_cap_bytes=int(args.owner_cap_mb * (1 << 20)),
+        owner_max_keys=args.owner_max_keys,
     )
     return options, args
 
