@@ -52,6 +52,7 @@ from petlab.server.limits import ServiceLimits
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
 from petlab.server.session_store import SessionStore
+from petlab.server.undecodable import UndecodableRequests
 
 log = logging.getLogger("petlab.server")
 
@@ -181,6 +182,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
+        interceptors=[UndecodableRequests()],
     )
     knn_servicer = KnnServicer(
         hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits, identities
