@@ -1,6 +1,7 @@
 """The device's side of encrypted k-NN over gRPC: a thin layer over ``crypto.deployment``.
 
-Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
+Client specs are checked against concrete's 128-bit parameters (``client.parameter_check``) before any
+key is made. Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
 ``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
 atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
 answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
@@ -22,6 +23,7 @@ import grpc
 import numpy as np
 from petlab.client.bearer import with_token
 from petlab.client.files import private_directory, write_owner_only
+from petlab.client.parameter_check import check_security
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -71,6 +73,7 @@ class KnnRemote:
         """Client specs, cached or fresh keys, and a registered key id."""
         reply = self._unary("GetClientSpecs", knn_pb2.GetClientSpecsRequest(model=model))
         digest = verified_specs_digest(reply.client_specs, reply.specs_sha256)
+        check_security(reply.client_specs)  # before any key is made or loaded under these specs
         for level in (self.cache_dir, self.cache_dir / _safe(self.server_label)):
             private_directory(level)
         directory = private_directory(self.cache_dir / _safe(self.server_label) / _safe(model) / digest[:16])

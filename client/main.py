@@ -22,6 +22,7 @@ import pandas as pd
 from petlab.client.files import UnsafeDirectory
 from petlab.client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
 from petlab.client.paillier_client import paillier_classify
+from petlab.client.parameter_check import WeakParameters
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    except (UserError, UnsafeDirectory) as exc:
+    except (UserError, UnsafeDirectory, WeakParameters) as exc:
         print(f"petlab-client: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
