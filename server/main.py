@@ -52,6 +52,7 @@ from petlab.server.limits import ServiceLimits
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
 from petlab.server.session_store import SessionStore
+from petlab.server.thread_share import CallTimeLimit, ThreadShare
 from petlab.server.undecodable import UndecodableRequests
 
 log = logging.getLogger("petlab.server")
@@ -92,6 +93,8 @@ class ServerOptions:
     tokens: Path | None = None  # bearer tokens file: identifies callers (server.identities)
     owner_cap_bytes: int = 1 << 30  # per identified owner (tokens or client certificates)
     owner_max_keys: int = 4
+    controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
+    call_seconds: float = 900.0  # server-side time limit of every call (server.thread_share)
 
 
 @dataclass
@@ -163,7 +166,10 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
         )
-    options.limits.check(options.workers)
+    reserved = options.controller_threads if options.analysis_data else 0
+    if not 0 <= reserved < options.workers:
+        raise ValueError("--controller-threads must leave at least one of --workers for k-NN calls")
+    options.limits.check(options.workers - reserved)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
     if options.analysis_data:
@@ -182,7 +188,11 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
-        interceptors=[UndecodableRequests()],
+        interceptors=[
+            UndecodableRequests(),
+            CallTimeLimit(options.call_seconds),
+            ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - reserved),
+        ],
     )
     knn_servicer = KnnServicer(
         hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits, identities
@@ -384,6 +394,19 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_UPLOAD_MIN_KIB_PER_SECOND] slower uploads are cancelled after a 10 s grace",
     )
     serve.add_argument(
+        "--controller-threads",
+        type=int,
+        default=int(_env("CONTROLLER_THREADS", 2)),
+        help="[PETLAB_CONTROLLER_THREADS] threads of --workers that k-NN calls never take, kept for "
+        "the analysis controller (when --analysis-data is served); default 2",
+    )
+    serve.add_argument(
+        "--call-seconds",
+        type=float,
+        default=float(_env("CALL_SECONDS", 900)),
+        help="[PETLAB_CALL_SECONDS] server-side time limit of every call; a call still running is cancelled",
+    )
+    serve.add_argument(
         "--enable-paillier-baseline",
         action="store_true",
         default=_env_flag("ENABLE_PAILLIER_BASELINE"),
@@ -439,6 +462,8 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         tokens=args.tokens,
         owner_cap_bytes=int(args.owner_cap_mb * (1 << 20)),
         owner_max_keys=args.owner_max_keys,
+        controller_threads=args.controller_threads,
+        call_seconds=args.call_seconds,
     )
     return options, args
 
