@@ -215,7 +215,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             "points, so any caller can reconstruct the training set; serve it to trusted experiments only"
         )
         paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
-            PaillierServicer({name: h.model for name, h in hosted.items()}), server
+            PaillierServicer({name: h.model for name, h in hosted.items()}, identities), server
         )
         services.append(PAILLIER_SERVICE)
     sessions = None

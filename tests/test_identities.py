@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 from petlab.client.knn_client import make_channel
 from petlab.client.main import main as client_main
 from petlab.crypto.knn_model import KnnSettings
-from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.identities import TokensFileError, load_tokens
 from petlab.server.limits import ServiceLimits
 
@@ -192,3 +192,15 @@ def test_client_sends_its_token(serve, hosted, tmp_path, monkeypatch, capsys):
         assert client_main(["models", "--server", server]) == 0
         assert capsys.readouterr().out.startswith("iris:")
         assert client_main(["models", "--server", server, "--token", "bad token"]) == 2
+
+
+def test_paillier_baseline_also_needs_a_token(serve, hosted, tmp_path):
+    options = {"tokens": tokens_file(tmp_path), "enable_paillier_baseline": True}
+    with serve(tmp_path / "data", hosted, **options) as running:
+        request = paillier_pb2.LabelsRequest(model="iris", indices=[0])
+        address = f"127.0.0.1:{running.port}"
+        with make_channel(address) as anonymous, pytest.raises(grpc.RpcError) as failure:
+            paillier_pb2_grpc.PaillierKnnServiceStub(anonymous).Labels(request, timeout=10)
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with make_channel(address, token=ALICE) as alice:
+            assert paillier_pb2_grpc.PaillierKnnServiceStub(alice).Labels(request, timeout=10).labels
