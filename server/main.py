@@ -166,9 +166,10 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
         )
-    reserved = options.controller_threads if options.analysis_data else 0
-    if not 0 <= reserved < options.workers:
-        raise ValueError("--controller-threads must leave at least one of --workers for k-NN calls")
+    # threads k-NN calls never take: the controller's when it is served, else one for health checks
+    reserved = options.controller_threads if options.analysis_data else 1
+    if not 1 <= reserved < options.workers:
+        raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
     options.limits.check(options.workers - reserved)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
@@ -398,13 +399,14 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         type=int,
         default=int(_env("CONTROLLER_THREADS", 2)),
         help="[PETLAB_CONTROLLER_THREADS] threads of --workers that k-NN calls never take, kept for "
-        "the analysis controller (when --analysis-data is served); default 2",
+        "the analysis controller (when --analysis-data is served; else 1 is kept for health checks)",
     )
     serve.add_argument(
         "--call-seconds",
         type=float,
         default=float(_env("CALL_SECONDS", 900)),
-        help="[PETLAB_CALL_SECONDS] server-side time limit of every call; a call still running is cancelled",
+        help="[PETLAB_CALL_SECONDS] server-side time limit of every call; a call still running is "
+        "cancelled (it must cover the slowest key upload you accept)",
     )
     serve.add_argument(
         "--enable-paillier-baseline",

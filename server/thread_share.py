@@ -4,9 +4,11 @@ time limit on every call (issue 15, item 3).
 gRPC's Python server runs every call on one fixed pool, and a call cannot pick its pool. So:
 
 * :class:`ThreadShare` caps the calls of the *limited* services (k-NN and the Paillier baseline) at
-  ``limit`` running at once, fail-fast: one more is answered RESOURCE_EXHAUSTED with the
-  ``retry-after-s`` hint at once, leaving its thread. The remaining ``workers - limit`` threads are
-  the controller's own (and health's): however many k-NN calls arrive, they find a thread.
+  ``limit`` running at once. One more waits at most ``wait_seconds`` (a quarter second: bursts of
+  cheap calls are served, not refused) and is then answered RESOURCE_EXHAUSTED with the
+  ``retry-after-s`` hint, leaving its thread. The remaining ``workers - limit`` threads are the
+  controller's own (and health's): however many k-NN calls arrive, they find a thread within that
+  wait.
 * :class:`CallTimeLimit` gives every unary and client-streaming call a server-side time limit: when
   it passes, the call is cancelled (the caller sees CANCELLED; evaluations check between queries
   and before they start, and stop). Long-lived server streams (health ``Watch``) are exempt.
@@ -50,10 +52,10 @@ def _service(method: str) -> str:
 class ThreadShare(grpc.ServerInterceptor):
     """At most ``limit`` calls of ``services`` at once (see the module docstring)."""
 
-    def __init__(self, services: Iterable[str], limit: int):
+    def __init__(self, services: Iterable[str], limit: int, wait_seconds: float = 0.25):
         if limit < 1:
             raise ValueError("the k-NN share of the thread pool must be at least one thread")
-        self._services = frozenset(services)
+        self._services, self._wait = frozenset(services), wait_seconds
         self._semaphore = threading.BoundedSemaphore(limit)
 
     def intercept_service(self, continuation, handler_call_details):
@@ -64,7 +66,7 @@ class ThreadShare(grpc.ServerInterceptor):
 
     def _bounded(self, behavior: Behavior) -> Behavior:
         def bounded(request, context):
-            if not self._semaphore.acquire(blocking=False):
+            if not self._semaphore.acquire(timeout=self._wait):
                 context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
                 context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
