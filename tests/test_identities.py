@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -121,10 +122,9 @@ def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_p
         with make_channel(address, token=ALICE) as alice, make_channel(address, token=BOB) as bob:
             alice_stub, bob_stub = knn_pb2_grpc.KnnServiceStub(alice), knn_pb2_grpc.KnnServiceStub(bob)
             held = alice_stub.RegisterKeys.future(silent(), timeout=15)
-            for _ in range(50):  # until alice's idle upload holds its slot
-                second = upload(alice_stub, 4)
-                if "you already have" in second.details():
-                    break
+            time.sleep(0.5)  # alice's idle upload takes her one upload slot (and holds it)
+            assert not held.done(), held.exception()
+            second = upload(alice_stub, 4)
             assert (
                 second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "you already have" in second.details()
             )

@@ -62,7 +62,10 @@ def test_controller_answers_while_knn_calls_take_every_thread_they_may(
         blocked = [
             stub.ListModels.future(knn_pb2.ListModelsRequest(), timeout=30) for _ in range(WORKERS + 2)
         ]
-        time.sleep(1.0)  # every k-NN call has a thread or has been refused
+        deadline = time.monotonic() + 10
+        while sum(f.done() for f in blocked) < RESERVED + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until every k-NN call past the share has been refused
+        time.sleep(0.3)  # and no more are: the others hold their threads
         refused = [f for f in blocked if f.done()]
         assert len(refused) == RESERVED + 2
         assert all(f.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED for f in refused)
