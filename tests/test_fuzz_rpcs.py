@@ -248,3 +248,25 @@ def test_undecodable_request_is_invalid_argument(channel):
         == grpc.StatusCode.INVALID_ARGUMENT
     )
     assert_serving(channel)
+
+
+@pytest.fixture(scope="module")
+def token_server(serve, hosted_model, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fuzz-tokens")
+    tokens = directory / "tokens"
+    tokens.write_text("alice alice-token-0123456789abcdef\n")
+    tokens.chmod(0o600)
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    with serve(directory / "data", hosted, tokens=tokens) as server:
+        yield server
+
+
+@FUZZ
+@given(value=st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80))
+def test_fuzzed_authorization_is_unauthenticated(token_server, value):
+    """Any authorization value but the token itself: UNAUTHENTICATED, never another status."""
+    with make_channel(f"127.0.0.1:{token_server.port}") as channel:
+        call = channel.unary_unary("/petlab.knn.v1.KnnService/ListModels")
+        with pytest.raises(grpc.RpcError) as failure:
+            call(b"", timeout=TIMEOUT, metadata=[("authorization", value)])
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
