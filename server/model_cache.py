@@ -50,6 +50,7 @@ def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | No
     compiled and stored. ``cache_integrity.UnsafeCache`` (a ``ValueError``) for a cache directory or
     key that others could write."""
     cache_dir = private_cache_directory(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    remove_stale_staging(cache_dir)
     mac = EntryMac.for_directory(cache_dir)
     entry = cache_dir / model.cache_key(config)
     cached = _load_entry(entry, mac)
@@ -72,6 +73,20 @@ def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | No
     if server is None:
         raise RuntimeError(f"compiled artifact in {entry} could not be read back")
     return CompiledModel(model, server[0], statistics, seconds, False)
+
+
+STALE_STAGING_SECONDS = 3600.0
+
+
+def remove_stale_staging(cache_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove staging directories a killed process left behind. One is written only while an
+    artifact is saved (seconds), so one older than an hour belongs to no running server (another
+    server sharing the cache may be saving a younger one right now: it is left alone)."""
+    cutoff = (time.time() if now is None else now) - STALE_STAGING_SECONDS
+    stale = [p for p in cache_dir.glob(".staging-*") if p.is_dir() and p.lstat().st_mtime < cutoff]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def _digest(path: Path) -> str:

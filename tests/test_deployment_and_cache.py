@@ -261,3 +261,13 @@ def test_server_refuses_a_shared_model_cache_at_start(tmp_path, caplog):
     (tmp_path / "models").chmod(0o777)
     status = server_main(["serve", "--data-dir", str(tmp_path), "--model", "iris", "--n", "6", "--port", "0"])
     assert status == 2 and "writable by other users" in caplog.text
+
+
+def test_staging_left_by_a_killed_compile_is_removed(tmp_path):
+    old, young = tmp_path / ".staging-old", tmp_path / ".staging-young"
+    for path in (old, young):
+        path.mkdir()
+        (path / "server.zip").write_bytes(b"half")
+    os.utime(old, (1, 1))
+    assert model_cache.remove_stale_staging(tmp_path) == [old]
+    assert not old.exists() and young.exists()
