@@ -56,7 +56,8 @@ class ServiceLimits:
         if self.upload_slots + self.evaluation_slots >= workers:
             raise ValueError(
                 f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "
-                f"threads of the {workers}-thread pool for other calls; raise --workers"
+                f"some of the {workers} threads k-NN calls may use (--workers minus the threads kept "
+                "for the controller and health checks) for other calls; raise --workers"
             )
         if self.first_chunk_seconds <= 0 or self.grace_seconds < 0 or self.min_bytes_per_second < 0:
             raise ValueError("upload time limits must be positive")
