@@ -1,6 +1,7 @@
 """The device's side of encrypted k-NN over gRPC: a thin layer over ``crypto.deployment``.
 
-Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
+Client specs are checked against concrete's 128-bit parameters (``client.parameter_check``) before any
+key is made. Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
 ``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
 atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
 answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from petlab.client.bearer import with_token
 from petlab.client.files import private_directory, write_owner_only
+from petlab.client.parameter_check import check_security
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -70,6 +73,7 @@ class KnnRemote:
         """Client specs, cached or fresh keys, and a registered key id."""
         reply = self._unary("GetClientSpecs", knn_pb2.GetClientSpecsRequest(model=model))
         digest = verified_specs_digest(reply.client_specs, reply.specs_sha256)
+        check_security(reply.client_specs)  # before any key is made or loaded under these specs
         for level in (self.cache_dir, self.cache_dir / _safe(self.server_label)):
             private_directory(level)
         directory = private_directory(self.cache_dir / _safe(self.server_label) / _safe(model) / digest[:16])
@@ -222,8 +226,14 @@ def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:
 
 
 def make_channel(
-    address: str, tls_ca: Path | None = None, tls_cert: Path | None = None, tls_key: Path | None = None
+    address: str,
+    tls_ca: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    token: str | None = None,
 ) -> grpc.Channel:
+    """A channel to ``address``: TLS when a CA or client certificate is given, and the bearer
+    ``token`` on every call when given (``client.bearer``)."""
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
@@ -231,8 +241,8 @@ def make_channel(
             private_key=tls_key.read_bytes() if tls_key else None,
             certificate_chain=tls_cert.read_bytes() if tls_cert else None,
         )
-        return grpc.secure_channel(address, credentials, options)
-    return grpc.insecure_channel(address, options)
+        return with_token(grpc.secure_channel(address, credentials, options), token)
+    return with_token(grpc.insecure_channel(address, options), token)
 
 
 def _retry_after(exc: grpc.RpcError) -> float:

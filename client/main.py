@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -21,6 +22,7 @@ import pandas as pd
 from petlab.client.files import UnsafeDirectory
 from petlab.client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
 from petlab.client.paillier_client import paillier_classify
+from petlab.client.parameter_check import WeakParameters
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
@@ -79,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
     common.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
     common.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
+    common.add_argument(
+        "--token",
+        default=os.environ.get("PETLAB_TOKEN") or None,
+        help="bearer token for a server that identifies callers (default $PETLAB_TOKEN, which "
+        "other local users cannot read from the process list)",
+    )
     commands.add_parser("models", parents=[common], help="list the server's models")
     for name, text in (
         ("classify", "encrypted k-NN (HE-kNN-V)"),
@@ -100,13 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--quiet", action="store_true", help="no progress output")
     args = parser.parse_args(argv)
 
-    channel = make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key)
+    try:
+        channel = make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token)
+    except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed token
+        print(f"petlab-client: {exc}", file=sys.stderr)
+        return 2
     try:
         return run(args, channel)
     except grpc.RpcError as exc:
         print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    except (UserError, UnsafeDirectory) as exc:
+    except (UserError, UnsafeDirectory, WeakParameters) as exc:
         print(f"petlab-client: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)

@@ -15,6 +15,14 @@ after evicting every stored key. Eviction happens only after the upload's bytes 
 their SHA-256 and pass ``verify`` (the caller's check that they are evaluation keys for the model),
 so junk announcing a huge size never pushes anyone else's keys out.
 
+Owners. With an :class:`OwnerQuota` (the server identifies its callers by bearer token or client
+certificate), owners are kept apart: each owner's stored keys, key count and bytes in flight are
+held to the quota; a key is usable only by the owner who registered it (anyone else gets "unknown
+key id", so key ids of other owners are not even confirmed); and a verified upload may evict only
+its own owner's least recently used keys, never another owner's. When the store is full of other
+owners' keys the upload is refused. Without a quota (anonymous callers) the store is one shared
+pool, evicted least recently used as a whole, and a key id is the capability to use the key.
+
 The store survives restarts; on start it removes temporary files and any file or index row without
 its partner.
 """
@@ -59,6 +67,29 @@ class UploadMismatch(KeyStoreError):
     pass
 
 
+class OwnerQuotaExceeded(KeyTooLarge):
+    """The caller's own quota (bytes, keys or uploads in flight) leaves no room."""
+
+
+@dataclass(frozen=True)
+class OwnerQuota:
+    """What one identified owner may hold: bytes of stored keys plus uploads in flight, and keys."""
+
+    max_bytes: int
+    max_keys: int
+
+    def __post_init__(self) -> None:
+        if self.max_bytes <= 0 or self.max_keys <= 0:
+            raise ValueError("a per-owner quota must allow at least one key and one byte")
+
+
+@dataclass(frozen=True)
+class OwnerUsage:
+    keys: int
+    stored_bytes: int
+    uploading_bytes: int
+
+
 @dataclass(frozen=True)
 class StoredKey:
     key_id: str
@@ -76,14 +107,19 @@ class KeyStore:
         max_bytes: int,
         idle_seconds: float,
         clock: Callable[[], float] = time.time,
+        quota: OwnerQuota | None = None,
     ):
         if max_bytes <= 0 or idle_seconds <= 0:
             raise ValueError("key store size cap and idle time must be positive")
+        if quota is not None and quota.max_bytes > max_bytes:
+            raise ValueError("the per-owner quota cannot exceed the key store's cap")
+        self.quota = quota
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_bytes, self.idle_seconds, self._clock = int(max_bytes), float(idle_seconds), clock
         self._lock = threading.Lock()
         self._staging_bytes = 0  # announced sizes of the uploads in flight
+        self._owner_staging: dict[str, int] = {}  # the same, per owner
         self._db = sqlite3.connect(self.directory / "index.sqlite", check_same_thread=False)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS keys (key_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
@@ -114,18 +150,19 @@ class KeyStore:
             raise KeyTooLarge(
                 f"evaluation keys of {total_size} bytes exceed this server's cap of {self.max_bytes} bytes"
             )
+        if self.quota is not None and total_size > self.quota.max_bytes:
+            raise OwnerQuotaExceeded(
+                f"evaluation keys of {total_size} bytes exceed your quota of {self.quota.max_bytes} bytes"
+            )
         if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
             raise UploadMismatch("the first chunk must carry the upload's SHA-256 as 64 hex digits")
         key_id = secrets.token_hex(16)
         staging = self.directory / f".upload-{key_id}"
         digest, received = hashlib.sha256(), 0
         with self._lock:
-            if self._staging_bytes + total_size > self.max_bytes:
-                raise KeyTooLarge(
-                    "the key store is busy with other uploads; retry in a minute (uploads in flight "
-                    "count against the store's cap)"
-                )
+            self._admit_locked(owner, total_size)
             self._staging_bytes += total_size
+            self._owner_staging[owner] = self._owner_staging.get(owner, 0) + total_size
         try:
             with open(staging, "xb", opener=_owner_only) as handle:
                 for chunk in chunks:
@@ -150,7 +187,7 @@ class KeyStore:
             now = self._clock()
             with self._lock:
                 # room for this key and the uploads still streaming (their reservations)
-                self._evict_for(self._staging_bytes)
+                self._evict_for(owner)
                 os.replace(staging, self._path(key_id))
                 self._db.execute(
                     "INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -161,20 +198,26 @@ class KeyStore:
         finally:
             with self._lock:
                 self._staging_bytes -= total_size
+                self._owner_staging[owner] -= total_size
+                if not self._owner_staging[owner]:
+                    del self._owner_staging[owner]
             staging.unlink(missing_ok=True)
 
-    def read(self, key_id: str, model: str) -> bytes:
-        """The key's bytes, after checking it exists, has not expired and belongs to ``model``."""
-        path = self.touch(key_id, model)
+    def read(self, key_id: str, model: str, owner: str | None = None) -> bytes:
+        """The key's bytes, after checking it exists, has not expired and belongs to ``model``
+        (and to ``owner``, when given)."""
+        path = self.touch(key_id, model, owner)
         return path.read_bytes()
 
-    def touch(self, key_id: str, model: str) -> Path:
+    def touch(self, key_id: str, model: str, owner: str | None = None) -> Path:
+        """The key's file, marked used. ``owner``: only that owner's key is found (another owner's
+        key id is answered exactly as an unknown one)."""
         if not KEY_ID_PATTERN.fullmatch(key_id or ""):
             raise MalformedKeyId("a key id is 32 lowercase hex digits, as returned by RegisterKeys")
         with self._lock:
             self._expire_locked()
-            row = self._db.execute("SELECT model FROM keys WHERE key_id = ?", (key_id,)).fetchone()
-            if row is None:
+            row = self._db.execute("SELECT model, owner FROM keys WHERE key_id = ?", (key_id,)).fetchone()
+            if row is None or (owner is not None and row[1] != owner):
                 raise KeyNotFound(f"unknown or expired key id {key_id}; upload your evaluation keys again")
             if row[0] != model:
                 raise KeyForAnotherModel(
@@ -195,6 +238,14 @@ class KeyStore:
                 "SELECT key_id, owner, model, size, created, last_used FROM keys ORDER BY created"
             ).fetchall()
         return [StoredKey(*row) for row in rows]
+
+    def usage(self, owner: str) -> OwnerUsage:
+        """What ``owner`` holds now: stored keys, their bytes, and bytes of its uploads in flight."""
+        with self._lock:
+            count, size = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM keys WHERE owner = ?", (owner,)
+            ).fetchone()
+            return OwnerUsage(int(count), int(size), self._owner_staging.get(owner, 0))
 
     def total_bytes(self) -> int:
         with self._lock:
@@ -225,17 +276,53 @@ class KeyStore:
         self._delete_locked(stale)
         return stale
 
-    def _evict_for(self, incoming: int) -> None:
-        """Least-recently-used eviction until ``incoming`` more bytes fit under the cap."""
+    def _admit_locked(self, owner: str, size: int) -> None:
+        """Refuse at once an upload that cannot fit even if it is verified (nothing is reserved)."""
+        if self._staging_bytes + size > self.max_bytes:
+            raise KeyTooLarge(
+                "the key store is busy with other uploads; retry in a minute (uploads in flight "
+                "count against the store's cap)"
+            )
+        if self.quota is None:
+            return
+        if self._owner_staging.get(owner, 0) + size > self.quota.max_bytes:
+            raise OwnerQuotaExceeded("your uploads in flight already use your quota; wait for them to finish")
         self._expire_locked()
-        rows = self._db.execute("SELECT key_id, size FROM keys ORDER BY last_used").fetchall()
-        total = sum(size for _, size in rows)
+        others = self._db.execute(
+            "SELECT COALESCE(SUM(size), 0) FROM keys WHERE owner != ?", (owner,)
+        ).fetchone()[0]
+        if others + self._staging_bytes + size > self.max_bytes:
+            raise KeyTooLarge("the key store is full with other callers' keys; retry later")
+
+    def _evict_for(self, owner: str) -> None:
+        """Make room for ``owner``'s verified upload (still reserved in the staging counts): least
+        recently used eviction until the store's cap holds for its keys plus every upload in flight
+        and, with a quota, the owner's bytes and key count hold to it. With a quota only the
+        owner's own keys are candidates; if they do not free enough, nothing is evicted and the
+        upload is refused."""
+        self._expire_locked()
+        rows = self._db.execute("SELECT key_id, owner, size FROM keys ORDER BY last_used").fetchall()
+        quota = self.quota
+        total = sum(size for _, _, size in rows)
+        mine = [(key_id, size) for key_id, holder, size in rows if quota is None or holder == owner]
+        own_bytes, own_keys = sum(size for _, size in mine), len(mine)
+        own_staging = self._owner_staging.get(owner, 0)
+
+        def fits() -> bool:
+            if total + self._staging_bytes > self.max_bytes:
+                return False
+            return quota is None or (
+                own_bytes + own_staging <= quota.max_bytes and own_keys + 1 <= quota.max_keys
+            )
+
         victims = []
-        for key_id, size in rows:
-            if total + incoming <= self.max_bytes:
+        for key_id, size in mine:
+            if fits():
                 break
             victims.append(key_id)
-            total -= size
+            total, own_bytes, own_keys = total - size, own_bytes - size, own_keys - 1
+        if not fits():
+            raise KeyTooLarge("the key store is full with other callers' keys; retry later")
         self._delete_locked(victims)
 
     def _reconcile(self) -> None:

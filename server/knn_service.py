@@ -7,6 +7,10 @@ not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUS
 one model are serialised by a lock (concrete already uses every core within one evaluation).
 With a Dask cluster (``server.cluster_evaluation``) the servicer still validates every request and
 holds the keys; the cluster's workers run the evaluations and the warm-ups.
+
+Every call first names its owner (``server.identities``): with tokens or client certificates
+configured, an unidentified call is UNAUTHENTICATED, a key id is found only for the owner who
+registered it, and each owner's uploads and evaluations take a per-owner slot before a shared one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from petlab.server.cluster_evaluation import (
     EvaluationRejected,
     EvaluationTimedOut,
 )
+from petlab.server.identities import CallerIdentities
 from petlab.server.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
@@ -44,7 +49,7 @@ from petlab.server.key_store import (
     UploadMismatch,
 )
 from petlab.server.key_warmup import WarmupStore, prepare_keys
-from petlab.server.limits import ServiceLimits, Slots, UploadWatchdog
+from petlab.server.limits import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
 from petlab.server.rpc_errors import abort, model_named
 
 log = logging.getLogger(__name__)
@@ -90,11 +95,16 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         warmups: WarmupStore | None = None,
         limits: ServiceLimits | None = None,
         cluster: ClusterEvaluator | None = None,
+        identities: CallerIdentities | None = None,
     ):
         self._models, self._keys, self._warmups, self._cluster = models, keys, warmups, cluster
         self._limits = limits or ServiceLimits()
+        self._identities = identities or CallerIdentities()
+        enforced = self._identities.enforced
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
         self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
+        self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
+        self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
         self._key_cache: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._key_cache_lock = threading.Lock()
 
@@ -130,10 +140,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_unary
     def ListModels(self, request, context):
+        self._identities.owner(context)
         return knn_pb2.ListModelsResponse(models=[m.info() for m in self._models.values()])
 
     @logged_unary
     def GetClientSpecs(self, request, context):
+        self._identities.owner(context)
         hosted = self._model(request.model, context)
         return knn_pb2.GetClientSpecsResponse(
             model=hosted.info(), client_specs=hosted.specs, specs_sha256=hosted.specs_sha256
@@ -141,15 +153,22 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     @logged_stream_in
     def RegisterKeys(self, request_iterator, context):
-        with self._upload_slots.held(context), UploadWatchdog(context, self._limits) as watchdog:
+        owner = self._identities.owner(context)
+        with (
+            self._owner_uploads.held(owner, context),
+            self._upload_slots.held(context),
+            UploadWatchdog(context, self._limits) as watchdog,
+        ):
             try:
-                return self._register(request_iterator, context, watchdog)
+                return self._register(request_iterator, context, watchdog, owner)
             except grpc.RpcError:  # the watchdog cancelled the call: nothing was stored
                 reason = watchdog.reason or "the upload was cancelled"
                 log.info("key upload from %s cancelled: %s", context.peer(), reason)
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, reason)
 
-    def _register(self, request_iterator, context, watchdog: UploadWatchdog) -> knn_pb2.RegisterKeysResponse:
+    def _register(
+        self, request_iterator, context, watchdog: UploadWatchdog, owner: str
+    ) -> knn_pb2.RegisterKeysResponse:
         first = next(request_iterator, None)
         watchdog.received(len(first.data) if first is not None else 0)
         if first is None:
@@ -169,7 +188,6 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 yield chunk.data
             watchdog.finish()  # every byte is in; verification is not the client's delay
 
-        owner = context.peer() or "unknown"
         try:
             stored = self._keys.put(
                 hosted.model.name,
@@ -179,39 +197,41 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 chunks(),
                 verify=_evaluation_keys_file,
             )
-        except KeyTooLarge as exc:
+        except KeyTooLarge as exc:  # the store's cap or the owner's quota
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if self._cluster is not None:  # the key store verified the keys; a worker prepares them
             if first.warmup_query:
-                self._cluster_warm_up(stored.key_id, hosted, first.warmup_query, context)
+                self._cluster_warm_up(stored.key_id, hosted, first.warmup_query, context, owner)
             return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
-        keys = self._evaluation_keys(stored.key_id, hosted, context)  # rejects (and forgets) garbage keys
+        keys = self._evaluation_keys(stored.key_id, hosted, context, owner)  # rejects (and forgets) garbage
         if first.warmup_query:
             self._warm_up(stored.key_id, hosted, keys, first.warmup_query, context)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
 
     @logged_unary
     def Classify(self, request, context):
-        with self._evaluation_slots.held(context):
-            return self._classify(request, context)
+        owner = self._identities.owner(context)
+        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+            return self._classify(request, context, owner)
 
-    def _classify(self, request, context) -> knn_pb2.ClassifyResponse:
+    def _classify(self, request, context, owner: str) -> knn_pb2.ClassifyResponse:
         hosted = self._model(request.model, context)
         if self._cluster is not None:
-            (answer,) = self._on_cluster(hosted, request.key_id, [request.encrypted_query], context)
+            (answer,) = self._on_cluster(hosted, request.key_id, [request.encrypted_query], context, owner)
             return knn_pb2.ClassifyResponse(encrypted_class=answer)
-        keys = self._evaluation_keys(request.key_id, hosted, context)
+        keys = self._evaluation_keys(request.key_id, hosted, context, owner)
         query = self._ciphertext(request.encrypted_query, context)
         return knn_pb2.ClassifyResponse(encrypted_class=self._run(hosted, keys, query, context))
 
     @logged_unary
     def ClassifyBatch(self, request, context):
-        with self._evaluation_slots.held(context):
-            return self._classify_batch(request, context)
+        owner = self._identities.owner(context)
+        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+            return self._classify_batch(request, context, owner)
 
-    def _classify_batch(self, request, context) -> knn_pb2.ClassifyBatchResponse:
+    def _classify_batch(self, request, context, owner: str) -> knn_pb2.ClassifyBatchResponse:
         hosted = self._model(request.model, context)
         if not request.encrypted_queries:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
@@ -221,9 +241,11 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
             )
         if self._cluster is not None:  # the batch's queries run in parallel across the workers
-            answers = self._on_cluster(hosted, request.key_id, list(request.encrypted_queries), context)
+            answers = self._on_cluster(
+                hosted, request.key_id, list(request.encrypted_queries), context, owner
+            )
             return knn_pb2.ClassifyBatchResponse(encrypted_classes=answers)
-        keys = self._evaluation_keys(request.key_id, hosted, context)
+        keys = self._evaluation_keys(request.key_id, hosted, context, owner)
         queries = [self._ciphertext(q, context) for q in request.encrypted_queries]
         results = []
         for query in queries:
@@ -266,9 +288,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
 
-    def _key_path(self, key_id: str, hosted: HostedModel, context) -> Path:
+    def _key_path(self, key_id: str, hosted: HostedModel, context, owner: str) -> Path:
         try:
-            return self._keys.touch(key_id, hosted.model.name)
+            return self._keys.touch(key_id, hosted.model.name, owner if self._identities.enforced else None)
         except MalformedKeyId as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:
@@ -277,10 +299,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         raise AssertionError("context.abort returned")  # pragma: no cover
 
-    def _on_cluster(self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context) -> list[bytes]:
+    def _on_cluster(
+        self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context, owner: str
+    ) -> list[bytes]:
         """Validate here, evaluate on the cluster, within the call's deadline."""
         assert self._cluster is not None
-        path = self._key_path(key_id, hosted, context)
+        path = self._key_path(key_id, hosted, context, owner)
         for ciphertext in ciphertexts:
             self._ciphertext(ciphertext, context)
         try:
@@ -295,10 +319,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         raise AssertionError("context.abort returned")  # pragma: no cover
 
-    def _cluster_warm_up(self, key_id: str, hosted: HostedModel, ciphertext: bytes, context) -> None:
+    def _cluster_warm_up(
+        self, key_id: str, hosted: HostedModel, ciphertext: bytes, context, owner: str
+    ) -> None:
         """``_warm_up`` on the key's home worker; a query that does not fit rejects the keys."""
         assert self._cluster is not None
-        path = self._key_path(key_id, hosted, context)
+        path = self._key_path(key_id, hosted, context, owner)
         _, problem = self._cluster.warm_up(
             hosted.model.name, key_id, path, ciphertext, context.time_remaining()
         )
@@ -309,8 +335,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         if self._warmups is not None:
             self._warmups.put(key_id, ciphertext)
 
-    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context) -> fhe.EvaluationKeys:
-        path = self._key_path(key_id, hosted, context)
+    def _evaluation_keys(self, key_id: str, hosted: HostedModel, context, owner: str) -> fhe.EvaluationKeys:
+        path = self._key_path(key_id, hosted, context, owner)
         with self._key_cache_lock:
             if key_id in self._key_cache:
                 self._key_cache.move_to_end(key_id)

@@ -9,6 +9,9 @@ controller's included, waited for its deadline. Two mechanisms bound that:
   in the ``retry-after-s`` trailing metadata, instead of queueing on a pool thread. Uploads and
   evaluations together hold at most ``upload_slots + evaluation_slots`` threads, fewer than the
   pool (checked in :meth:`ServiceLimits.check`), so cheap calls always find a thread.
+* :class:`OwnerSlots`: the same, per identified owner (``owner_upload_slots``,
+  ``owner_evaluation_slots``), taken before the shared slots: one owner cannot hold every shared
+  slot, so its exhausted quota never refuses another owner.
 * :class:`UploadWatchdog`: a timer per upload that cancels the call when the first chunk has not
   arrived within ``first_chunk_seconds``, or when, after ``grace_seconds``, fewer than
   ``min_bytes_per_second`` on average have arrived. The cancelled upload ends as any broken
@@ -39,14 +42,22 @@ class ServiceLimits:
     first_chunk_seconds: float = 10.0
     grace_seconds: float = 10.0
     min_bytes_per_second: float = 256 * 1024
+    owner_upload_slots: int = 1  # per identified owner (tokens or client certificates)
+    owner_evaluation_slots: int = 1
 
     def check(self, workers: int) -> None:
-        if min(self.upload_slots, self.evaluation_slots) < 1:
-            raise ValueError("upload and evaluation slots must be at least 1")
+        if (
+            min(
+                self.upload_slots, self.evaluation_slots, self.owner_upload_slots, self.owner_evaluation_slots
+            )
+            < 1
+        ):
+            raise ValueError("upload and evaluation slots (shared and per owner) must be at least 1")
         if self.upload_slots + self.evaluation_slots >= workers:
             raise ValueError(
                 f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "
-                f"threads of the {workers}-thread pool for other calls; raise --workers"
+                f"some of the {workers} threads k-NN calls may use (--workers minus the threads kept "
+                "for the controller and health checks) for other calls; raise --workers"
             )
         if self.first_chunk_seconds <= 0 or self.grace_seconds < 0 or self.min_bytes_per_second < 0:
             raise ValueError("upload time limits must be positive")
@@ -71,6 +82,39 @@ class Slots:
             yield
         finally:
             self._semaphore.release()
+
+
+class OwnerSlots:
+    """At most ``count`` holders per owner at a time; nobody waits. ``limited=False`` turns it
+    off (anonymous callers are one shared pool, bounded by :class:`Slots` only)."""
+
+    def __init__(self, count: int, what: str, limited: bool = True):
+        self._count, self.what, self._limited = count, what, limited
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def held(self, owner: str, context) -> Iterator[None]:
+        if not self._limited:
+            yield
+            return
+        with self._lock:
+            taken = self._held.get(owner, 0) < self._count
+            if taken:
+                self._held[owner] = self._held.get(owner, 0) + 1
+        if not taken:
+            context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"you already have {self._count} {self.what} running, your limit; retry when one ends",
+            )
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held[owner] -= 1
+                if not self._held[owner]:
+                    del self._held[owner]
 
 
 class UploadWatchdog:

@@ -46,6 +46,7 @@ from petlab.server.analysis_options import (
 from petlab.server.cluster_evaluation import ClusterEvaluator
 from petlab.server.controller_service import ControllerServicer
 from petlab.server.datasets import BUNDLED, bundled_public_bounds, load_bounds_file, load_bundled, load_csv
+from petlab.server.identity_options import add_identity_arguments, caller_identities, owner_quota
 from petlab.server.key_store import KeyStore
 from petlab.server.key_warmup import WarmupStore
 from petlab.server.knn_service import HostedModel, KnnServicer
@@ -53,6 +54,8 @@ from petlab.server.limits import ServiceLimits
 from petlab.server.model_cache import load_or_compile
 from petlab.server.paillier_service import PaillierServicer
 from petlab.server.session_store import SessionStore
+from petlab.server.thread_share import CallTimeLimit, ThreadShare
+from petlab.server.undecodable import UndecodableRequests
 
 from petlab.dask_cluster import ClusterSpec, add_cluster_arguments, spec_from_args
 
@@ -93,6 +96,11 @@ class ServerOptions:
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
     cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
+    tokens: Path | None = None  # bearer tokens file: identifies callers (server.identities)
+    owner_cap_bytes: int = 1 << 30  # per identified owner (tokens or client certificates)
+    owner_max_keys: int = 4
+    controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
+    call_seconds: float = 900.0  # server-side time limit of every call (server.thread_share)
 
 
 @dataclass
@@ -168,7 +176,11 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
         )
-    options.limits.check(options.workers)
+    # threads k-NN calls never take: the controller's when it is served, else one for health checks
+    reserved = options.controller_threads if options.analysis_data else 1
+    if not 1 <= reserved < options.workers:
+        raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
+    options.limits.check(options.workers - reserved)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     hosted = hosted if hosted is not None else load_models(options)
     if options.analysis_data:
@@ -177,19 +189,41 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     rules = load_rules(options.rules)
     analysts = load_analysts(options.analysts) if options.analysts else None
     authority = load_public_key(options.authority_key.read_bytes()) if options.authority_key else None
-    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds)
+    tls_client_certificates = bool(options.tls_cert and options.tls_key and options.tls_client_ca)
+    identities = caller_identities(options.tokens, tls_client_certificates)
+    quota = owner_quota(identities, options.owner_cap_bytes, options.owner_max_keys, options.key_cap_bytes)
+    if options.tokens and plaintext and not _is_loopback(options.host):
+        log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
+    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds, quota=quota)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
+        interceptors=[
+            UndecodableRequests(),
+            CallTimeLimit(options.call_seconds),
+            ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - reserved),
+        ],
     )
     cluster = None
     if options.cluster.enabled and hosted:
         cluster = ClusterEvaluator.start(options.cluster, {name: h.server for name, h in hosted.items()})
         log.info("evaluations run on the %s", options.cluster.describe())
     knn_servicer = KnnServicer(
-        hosted, keys, WarmupStore(options.data_dir / "warmup"), options.limits, cluster
+        hosted,
+        keys,
+        WarmupStore(options.data_dir / "warmup"),
+        options.limits,
+        cluster=cluster,
+        identities=identities,
     )
+    if identities.enforced:
+        log.info(
+            "callers identified by %s; per-owner quota %d bytes, %d key sets",
+            "bearer token" if options.tokens else "client certificate",
+            quota.max_bytes if quota else 0,
+            quota.max_keys if quota else 0,
+        )
     prepared = knn_servicer.prepare_stored_keys()  # before the port opens: no first-query penalty
     if prepared:
         log.info("prepared %d stored evaluation key set(s)", prepared)
@@ -201,7 +235,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
             "points, so any caller can reconstruct the training set; serve it to trusted experiments only"
         )
         paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(
-            PaillierServicer({name: h.model for name, h in hosted.items()}), server
+            PaillierServicer({name: h.model for name, h in hosted.items()}, identities), server
         )
         services.append(PAILLIER_SERVICE)
     sessions, controller = None, None
@@ -375,6 +409,7 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         help="[PETLAB_ALLOW_INSECURE=1] plaintext on a non-loopback address",
     )
     add_analysis_arguments(serve, _env)
+    add_identity_arguments(serve, _env)
     serve.add_argument(
         "--bounds",
         action="append",
@@ -405,6 +440,20 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
         type=float,
         default=float(_env("UPLOAD_MIN_KIB_PER_SECOND", 256)),
         help="[PETLAB_UPLOAD_MIN_KIB_PER_SECOND] slower uploads are cancelled after a 10 s grace",
+    )
+    serve.add_argument(
+        "--controller-threads",
+        type=int,
+        default=int(_env("CONTROLLER_THREADS", 2)),
+        help="[PETLAB_CONTROLLER_THREADS] threads of --workers that k-NN calls never take, kept for "
+        "the analysis controller (when --analysis-data is served; else 1 is kept for health checks)",
+    )
+    serve.add_argument(
+        "--call-seconds",
+        type=float,
+        default=float(_env("CALL_SECONDS", 900)),
+        help="[PETLAB_CALL_SECONDS] server-side time limit of every call; a call still running is "
+        "cancelled (it must cover the slowest key upload you accept)",
     )
     serve.add_argument(
         "--enable-paillier-baseline",
@@ -463,7 +512,14 @@ def parse_args(argv: list[str] | None) -> tuple[ServerOptions, argparse.Namespac
             evaluation_slots=args.evaluation_slots,
             first_chunk_seconds=args.upload_first_chunk_seconds,
             min_bytes_per_second=args.upload_min_kib_per_second * 1024,
+            owner_upload_slots=args.owner_upload_slots,
+            owner_evaluation_slots=args.owner_evaluation_slots,
         ),
+        tokens=args.tokens,
+        owner_cap_bytes=int(args.owner_cap_mb * (1 << 20)),
+        owner_max_keys=args.owner_max_keys,
+        controller_threads=args.controller_threads,
+        call_seconds=args.call_seconds,
     )
     return options, args
 

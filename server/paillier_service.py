@@ -12,20 +12,25 @@ from petlab.crypto.knn_model import KnnModel
 from petlab.crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
 from petlab.protos import paillier_pb2, paillier_pb2_grpc
 from petlab.server.call_log import logged_unary
+from petlab.server.identities import CallerIdentities
 from petlab.server.rpc_errors import model_named
 
 MAX_CIPHERTEXT_BYTES = 2048  # a 8192-bit modulus squared
 
 
 class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
-    def __init__(self, models: dict[str, KnnModel]):
+    def __init__(self, models: dict[str, KnnModel], identities: CallerIdentities | None = None):
+        """``identities``: when the server names its callers (tokens, client certificates), an
+        unidentified call is UNAUTHENTICATED here as on the k-NN service."""
         self._models = models
+        self._identities = identities or CallerIdentities()
 
     def _model(self, name: str, context) -> KnnModel:
         return model_named(self._models, name, context)
 
     @logged_unary
     def Distances(self, request, context):
+        self._identities.owner(context)
         model = self._model(request.model, context)
         fields = [request.public_key_n, request.encrypted_square_norm, *request.encrypted_levels]
         if any(not f or len(f) > MAX_CIPHERTEXT_BYTES for f in fields):
@@ -49,6 +54,7 @@ class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
 
     @logged_unary
     def Labels(self, request, context):
+        self._identities.owner(context)
         model = self._model(request.model, context)
         try:
             labels = labels_for(list(request.indices), model.plan.labels, model.plan.k)

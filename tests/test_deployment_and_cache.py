@@ -1,8 +1,13 @@
 """Byte-level API error handling and the on-disk compile cache."""
 
+import hashlib
+import json
+import os
+import shutil
 from dataclasses import replace
 
 import numpy as np
+import petlab.server.cache_integrity as cache_integrity
 import petlab.server.model_cache as model_cache
 import pytest
 from petlab.crypto.deployment import (
@@ -15,6 +20,7 @@ from petlab.crypto.deployment import (
 from petlab.crypto.knn_algorithms import build_any_plan
 from petlab.crypto.knn_circuit import CircuitConfig
 from petlab.crypto.knn_model import KnnSettings, build_model
+from petlab.server.cache_integrity import UnsafeCache
 from petlab.server.datasets import load_bundled
 
 
@@ -145,3 +151,123 @@ def test_public_info_hides_n_k_and_training_data(tiny_model):
     info = tiny_model.public_info()
     assert set(info) == {"name", "d", "bits", "class_names", "feature_names", "quantizer"}
     assert "n" not in info and "k" not in info
+
+
+# ------------------------------------------------------------------ cache integrity (issue 15)
+
+
+class _Recompiled(Exception):
+    pass
+
+
+def _copy_cache(source, target):
+    shutil.copytree(source, target)
+    target.chmod(0o700)
+    return target
+
+
+def _refuse_to_load_or_compile(monkeypatch) -> list:
+    """Record every artifact concrete would load; make any recompilation raise ``_Recompiled``."""
+    loaded: list = []
+    monkeypatch.setattr(model_cache, "load_server", lambda path: loaded.append(path))
+
+    def recompile(*args, **kwargs):
+        raise _Recompiled
+
+    monkeypatch.setattr(model_cache, "compile_any", recompile)
+    return loaded
+
+
+@pytest.mark.parametrize("tamper", ["artifact", "metadata", "planted", "swapped-key"])
+def test_tampered_entry_is_never_loaded(tiny_model, tiny_compiled, tmp_path, monkeypatch, tamper):
+    """Someone who can write the entry but does not hold the MAC key: an edited artifact whose
+    digest in meta.json is updated to match, edited metadata, an entry planted without a MAC, or a
+    cache whose key was replaced. concrete never opens the artifact; the entry is rebuilt."""
+    _, source = tiny_compiled
+    cache = _copy_cache(source, tmp_path / "models")
+    entry = cache / tiny_model.cache_key(CircuitConfig())
+    artifact, meta_path = entry / "server.zip", entry / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    if tamper == "artifact":
+        artifact.write_bytes(artifact.read_bytes() + b"\x00appended by an attacker")
+        meta["sha256"] = hashlib.sha256(artifact.read_bytes()).hexdigest()
+    elif tamper == "metadata":
+        meta["statistics"]["pbs_count"] = 1
+    elif tamper == "planted":
+        del meta["mac"]
+    else:
+        (cache / "mac.key").write_bytes(bytes(32))
+    meta_path.write_text(json.dumps(meta))
+    loaded = _refuse_to_load_or_compile(monkeypatch)
+    with pytest.raises(_Recompiled):
+        model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+    assert loaded == [] and not entry.exists()
+
+
+def test_untouched_copy_of_the_cache_still_loads(tiny_model, tiny_compiled, tmp_path, monkeypatch):
+    """The counterpart of the tamper test: the same copy, unaltered, is loaded (so the MAC check
+    is what refuses the tampered ones)."""
+    _, source = tiny_compiled
+    cache = _copy_cache(source, tmp_path / "models")
+    loaded = _refuse_to_load_or_compile(monkeypatch)
+    compiled = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+    assert compiled.from_cache and loaded == [cache / tiny_model.cache_key(CircuitConfig()) / "server.zip"]
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_cache_writable_by_others_is_refused(tiny_model, tmp_path, monkeypatch, mode):
+    cache = tmp_path / "models"
+    cache.mkdir()
+    cache.chmod(mode)
+    _refuse_to_load_or_compile(monkeypatch)
+    with pytest.raises(UnsafeCache, match="writable by other users"):
+        model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+
+
+def test_cache_of_another_user_is_refused(tiny_model, tmp_path, monkeypatch):
+    cache = tmp_path / "models"
+    cache.mkdir(mode=0o700)
+    _refuse_to_load_or_compile(monkeypatch)
+    foreign = os.stat(cache).st_uid + 4242
+    monkeypatch.setattr(cache_integrity.os, "getuid", lambda: foreign)
+    with pytest.raises(UnsafeCache, match="belongs to user id"):
+        model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+
+
+def test_cache_key_is_owner_only_and_a_readable_key_is_refused(tiny_compiled, tmp_path):
+    _, source = tiny_compiled
+    assert (source / "mac.key").stat().st_mode & 0o777 == 0o600
+    cache = _copy_cache(source, tmp_path / "models")
+    (cache / "mac.key").chmod(0o644)
+    with pytest.raises(UnsafeCache, match="readable or writable by others"):
+        cache_integrity.EntryMac.for_directory(cache)
+
+
+def test_new_cache_directory_is_private(tiny_model, tmp_path, monkeypatch):
+    cache = tmp_path / "fresh" / "models"
+    _refuse_to_load_or_compile(monkeypatch)
+    with pytest.raises(_Recompiled):
+        model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert (cache / "mac.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_server_refuses_a_shared_model_cache_at_start(tmp_path, caplog):
+    """Through the CLI: a data directory whose model cache others can write stops the server
+    before anything is compiled or loaded (exit 2, the reason in the log)."""
+    from petlab.server.main import main as server_main
+
+    (tmp_path / "models").mkdir(mode=0o700)
+    (tmp_path / "models").chmod(0o777)
+    status = server_main(["serve", "--data-dir", str(tmp_path), "--model", "iris", "--n", "6", "--port", "0"])
+    assert status == 2 and "writable by other users" in caplog.text
+
+
+def test_staging_left_by_a_killed_compile_is_removed(tmp_path):
+    old, young = tmp_path / ".staging-old", tmp_path / ".staging-young"
+    for path in (old, young):
+        path.mkdir()
+        (path / "server.zip").write_bytes(b"half")
+    os.utime(old, (1, 1))
+    assert model_cache.remove_stale_staging(tmp_path) == [old]
+    assert not old.exists() and young.exists()

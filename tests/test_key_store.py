@@ -8,6 +8,9 @@ from petlab.server.key_store import (
     KeyStore,
     KeyTooLarge,
     MalformedKeyId,
+    OwnerQuota,
+    OwnerQuotaExceeded,
+    OwnerUsage,
     UploadMismatch,
 )
 
@@ -159,3 +162,73 @@ def test_staging_bytes_count_against_the_cap(tmp_path):
     assert len(outcome) == 1 and outcome[0].size == 70
     again = store.put("iris", "b", 70, digest, [data])  # the reservation was released
     assert again.size == 70
+
+
+# ------------------------------------------------------------------ owners and quotas (issue 15)
+
+
+def put_as(store, owner: str, data: bytes, verify=lambda path: None):
+    return store.put("iris", owner, len(data), hashlib.sha256(data).hexdigest(), [data], verify=verify)
+
+
+def test_an_owner_cannot_evict_or_use_another_owners_keys(tmp_path):
+    """Attack: with callers identified, owner A fills the store with verified keys. B's key stays,
+    A's own least recently used keys make room for A, and A cannot use B's key id (it is answered
+    as unknown, like any other)."""
+    clock = Clock()
+    store = KeyStore(tmp_path, 90, 1e6, clock, quota=OwnerQuota(max_bytes=60, max_keys=3))
+    bob = put_as(store, "bob", b"b" * 40)
+    clock.now += 1
+    alice_first = put_as(store, "alice", b"a" * 35)
+    clock.now += 1
+    alice_second = put_as(store, "alice", b"A" * 35)  # over alice's 60: her first key goes
+    kept = {k.key_id for k in store.entries()}
+    assert kept == {bob.key_id, alice_second.key_id} and alice_first.key_id not in kept
+    with pytest.raises(KeyNotFound, match="unknown or expired key id"):
+        store.read(bob.key_id, "iris", owner="alice")
+    assert store.read(bob.key_id, "iris", owner="bob") == b"b" * 40
+    # alice's largest allowed upload does not fit beside bob's key: refused, bob's key stays
+    with pytest.raises(KeyTooLarge, match="other callers' keys"):
+        put_as(store, "alice", b"z" * 60)
+    assert bob.key_id in {k.key_id for k in store.entries()}
+
+
+def test_one_owners_exhausted_quota_leaves_others_alone(tmp_path):
+    """A at its key count and with an upload in flight that uses its whole byte quota: A's next
+    upload is refused, B's goes through."""
+    store = KeyStore(tmp_path, 100, 1e6, quota=OwnerQuota(max_bytes=40, max_keys=2))
+    data = b"s" * 40
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_chunks():
+        yield data[:10]
+        entered.set()
+        release.wait(10)
+        yield data[10:]
+
+    worker = threading.Thread(
+        target=lambda: store.put("iris", "alice", 40, hashlib.sha256(data).hexdigest(), slow_chunks())
+    )
+    worker.start()
+    assert entered.wait(10)
+    with pytest.raises(OwnerQuotaExceeded, match="your uploads in flight"):
+        put_as(store, "alice", b"x" * 5)
+    assert store.usage("alice").uploading_bytes == 40
+    assert put_as(store, "bob", b"y" * 40).owner == "bob"
+    release.set()
+    worker.join(10)
+    with pytest.raises(OwnerQuotaExceeded, match="exceed your quota"):
+        put_as(store, "alice", b"x" * 41)
+    assert store.usage("alice") == OwnerUsage(keys=1, stored_bytes=40, uploading_bytes=0)
+    assert store.usage("bob") == OwnerUsage(keys=1, stored_bytes=40, uploading_bytes=0)
+
+
+def test_key_count_quota_evicts_only_the_owners_oldest(tmp_path):
+    clock = Clock()
+    store = KeyStore(tmp_path, 1000, 1e6, clock, quota=OwnerQuota(max_bytes=1000, max_keys=2))
+    other = put_as(store, "bob", b"o")
+    ids = []
+    for i in range(4):
+        clock.now += 1
+        ids.append(put_as(store, "alice", bytes([i])).key_id)
+    assert {k.key_id for k in store.entries()} == {other.key_id, *ids[-2:]}

@@ -1,0 +1,139 @@
+"""kill -9 in the middle of work, then restart on the same data directory (issue 15, item 7).
+
+``petlab-server serve`` runs as a real subprocess. It is killed with SIGKILL in the middle of a key
+upload (its staging file on disk, half written) and in the middle of a classification; after each
+restart every completed registration is still there and usable, and no staging file remains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from petlab.client.knn_client import make_channel
+from petlab.crypto.deployment import KnnClient
+from petlab.protos import knn_pb2, knn_pb2_grpc
+
+SERVER = Path(sys.executable).with_name("petlab-server")
+CHUNK = 1 << 20
+
+pytestmark = pytest.mark.slow
+
+
+class Server:
+    """One ``petlab-server serve`` process on a free loopback port."""
+
+    def __init__(self, data_dir: Path, log: Path):
+        port_file = data_dir.parent / "port"
+        port_file.unlink(missing_ok=True)
+        command = [
+            str(SERVER),
+            "serve",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--data-dir",
+            str(data_dir),
+        ]
+        command += ["--model", "iris", "--n", "6", "--k", "3", "--grace", "1"]
+        with log.open("ab") as output:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 240
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise AssertionError(f"petlab-server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
+
+    def kill9(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        assert self.process.wait(30) == -signal.SIGKILL
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+
+
+def upload(stub, data: bytes, model: str = "iris", pause: threading.Event | None = None):
+    digest = hashlib.sha256(data).hexdigest()
+
+    def chunks():
+        for offset in range(0, len(data), CHUNK):
+            if offset == 0:
+                yield knn_pb2.KeyChunk(model=model, total_size=len(data), sha256=digest, data=data[:CHUNK])
+            else:
+                if pause is not None:
+                    pause.wait(60)  # hold the upload open, half sent
+                yield knn_pb2.KeyChunk(data=data[offset : offset + CHUNK])
+
+    return chunks()
+
+
+def staging_files(data_dir: Path) -> list[Path]:
+    return [*data_dir.glob("keys/.upload-*"), *data_dir.glob("models/.staging-*"), *data_dir.rglob("*.tmp")]
+
+
+def test_kill_9_during_upload_and_classification_loses_no_registration(tmp_path):
+    data_dir, log = tmp_path / "data", tmp_path / "server.log"
+    server = Server(data_dir, log)
+    try:
+        with make_channel(server.address) as channel:
+            stub = knn_pb2_grpc.KnnServiceStub(channel)
+            specs = stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=30)
+            client = KnnClient(specs.client_specs)
+            client.generate_keys()
+            keys = client.evaluation_keys_bytes()
+            assert len(keys) > 2 * CHUNK  # so an upload can be caught half-way
+            completed = stub.RegisterKeys(upload(stub, keys), timeout=120).key_id
+
+            # kill -9 while a second upload has streamed its first chunk
+            pause = threading.Event()
+            half = stub.RegisterKeys.future(upload(stub, keys, pause=pause), timeout=120)
+            deadline = time.monotonic() + 60
+            while not list(data_dir.glob("keys/.upload-*")):
+                assert time.monotonic() < deadline, "the second upload never reached the disk"
+                time.sleep(0.05)
+            server.kill9()
+            pause.set()
+            with pytest.raises(grpc.RpcError):
+                half.result(timeout=30)
+        assert list(data_dir.glob("keys/.upload-*"))  # the crash did leave a partial file behind
+
+        server = Server(data_dir, log)
+        assert not staging_files(data_dir)
+        assert sorted(p.stem for p in data_dir.glob("keys/*.bin")) == [completed]
+        query = client.encrypt(np.array([1, 2, 3, 4]))
+        with make_channel(server.address) as channel:
+            stub = knn_pb2_grpc.KnnServiceStub(channel)
+            request = knn_pb2.ClassifyRequest(model="iris", key_id=completed, encrypted_query=query)
+            started = time.perf_counter()
+            answer = stub.Classify(request, timeout=120).encrypted_class
+            expected, seconds = client.decrypt_class(answer), time.perf_counter() - started
+            # kill -9 while a classification is in flight (sent, not answered)
+            running = stub.Classify.future(request, timeout=120)
+            time.sleep(min(0.2, seconds / 4))
+            in_flight = not running.done()
+            server.kill9()
+            with pytest.raises(grpc.RpcError):
+                running.result(timeout=30)
+            assert in_flight
+
+        server = Server(data_dir, log)
+        assert not staging_files(data_dir)
+        with make_channel(server.address) as channel:
+            stub = knn_pb2_grpc.KnnServiceStub(channel)
+            assert client.decrypt_class(stub.Classify(request, timeout=120).encrypted_class) == expected
+    finally:
+        server.stop()

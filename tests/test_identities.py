@@ -1,0 +1,206 @@
+"""Caller identities (bearer tokens, client certificates) and per-owner quotas through real gRPC
+on loopback (issue 15, item 2). Keys are planted in the server's store directly: these tests are
+about who may use and evict what, not about key generation."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from petlab.client.knn_client import make_channel
+from petlab.client.main import main as client_main
+from petlab.crypto.knn_model import KnnSettings
+from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from petlab.server.identities import TokensFileError, load_tokens
+from petlab.server.limits import ServiceLimits
+
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-fedcba9876543210"
+
+
+@pytest.fixture(scope="module")
+def hosted(hosted_model):
+    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+
+
+def tokens_file(directory: Path, text: str = f"alice {ALICE}\nbob {BOB}\n", mode: int = 0o600) -> Path:
+    path = directory / "tokens"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def plant_key(running, owner: str) -> str:
+    """A key in the server's store as if ``owner`` had registered it (junk bytes: a use that
+    passes the owner check fails later, at parsing, with another status)."""
+    data = b"not really evaluation keys"
+    stored = running.keys.put("iris", owner, len(data), hashlib.sha256(data).hexdigest(), [data])
+    return stored.key_id
+
+
+def classify(channel, key_id: str) -> grpc.RpcError:
+    request = knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=b"x")
+    with pytest.raises(grpc.RpcError) as failure:
+        knn_pb2_grpc.KnnServiceStub(channel).Classify(request, timeout=10)
+    return failure.value
+
+
+def list_models(channel) -> list[str]:
+    reply = knn_pb2_grpc.KnnServiceStub(channel).ListModels(knn_pb2.ListModelsRequest(), timeout=10)
+    return [m.name for m in reply.models]
+
+
+def test_tokens_file_must_be_owner_only_and_well_formed(tmp_path):
+    assert set(load_tokens(tokens_file(tmp_path)).values()) == {"alice", "bob"}
+    with pytest.raises(TokensFileError, match="readable or writable by others"):
+        load_tokens(tokens_file(tmp_path, mode=0o640))
+    for text in (f"alice {ALICE} extra\n", "alice short\n", f"alice {ALICE}\nbob {ALICE}\n", "# none\n"):
+        with pytest.raises(TokensFileError) as refused:
+            load_tokens(tokens_file(tmp_path, text))
+        assert ALICE not in str(refused.value)
+
+
+def test_missing_or_wrong_token_is_unauthenticated(serve, hosted, tmp_path):
+    with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
+        address = f"127.0.0.1:{running.port}"
+        for token in (None, "wrong-token-0123456789", f"{ALICE}x"):
+            with make_channel(address, token=token) as channel, pytest.raises(grpc.RpcError) as failure:
+                list_models(channel)
+            assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            details = failure.value.details()
+            assert "bearer token" in details and not any(s in details for s in (ALICE, BOB, "alice", "bob"))
+        with make_channel(address, token=ALICE) as channel:
+            assert list_models(channel) == ["iris"]
+
+
+def test_an_owner_cannot_use_another_owners_keys(serve, hosted, tmp_path):
+    """Attack: alice learns bob's key id. The server answers her exactly as for an unknown id;
+    bob's own call passes the owner check (and fails later, on the planted junk)."""
+    with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
+        bobs = plant_key(running, "token:bob")
+        address = f"127.0.0.1:{running.port}"
+        with make_channel(address, token=ALICE) as alice:
+            refused = classify(alice, bobs)
+            assert refused.code() == grpc.StatusCode.NOT_FOUND and "unknown or expired" in refused.details()
+        assert bobs in {k.key_id for k in running.keys.entries()}
+        with make_channel(address, token=BOB) as bob:
+            assert classify(bob, bobs).code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_path):
+    """Alice holds her one upload slot with a stream that sends nothing and asks for more than her
+    quota: she is refused (RESOURCE_EXHAUSTED). Bob still gets an upload slot and room: his junk
+    upload reaches verification (INVALID_ARGUMENT), and his stored key stays."""
+    limits = ServiceLimits(upload_slots=2, owner_upload_slots=1, first_chunk_seconds=5)
+    release = threading.Event()
+
+    def silent():
+        release.wait(20)
+        return
+        yield
+
+    def upload(stub, size: int, data: bytes = b"junk") -> grpc.RpcError:
+        first = knn_pb2.KeyChunk(
+            model="iris", total_size=size, sha256=hashlib.sha256(data).hexdigest(), data=data
+        )
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.RegisterKeys(iter([first]), timeout=10)
+        return failure.value
+
+    options = {"tokens": tokens_file(tmp_path), "limits": limits, "owner_cap_bytes": 1000}
+    with serve(tmp_path / "data", hosted, **options) as running:
+        bobs = plant_key(running, "token:bob")
+        address = f"127.0.0.1:{running.port}"
+        with make_channel(address, token=ALICE) as alice, make_channel(address, token=BOB) as bob:
+            alice_stub, bob_stub = knn_pb2_grpc.KnnServiceStub(alice), knn_pb2_grpc.KnnServiceStub(bob)
+            held = alice_stub.RegisterKeys.future(silent(), timeout=15)
+            time.sleep(0.5)  # alice's idle upload takes her one upload slot (and holds it)
+            assert not held.done(), held.exception()
+            second = upload(alice_stub, 4)
+            assert (
+                second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "you already have" in second.details()
+            )
+            assert upload(bob_stub, 4).code() == grpc.StatusCode.INVALID_ARGUMENT
+            release.set()
+            with pytest.raises(grpc.RpcError):
+                held.result(timeout=15)
+            over = upload(alice_stub, 1001)
+            assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "your quota" in over.details()
+        assert bobs in {k.key_id for k in running.keys.entries()}
+
+
+def _certificate(common_name: str, issuer_key=None, issuer=None):
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer or subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
+    )
+    return key, builder.sign(issuer_key or key, hashes.SHA256())
+
+
+def _pem(directory: Path, name: str, key, certificate) -> tuple[Path, Path]:
+    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.pem"
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+def test_client_certificate_names_the_owner(serve, hosted, tmp_path):
+    ca_key, ca = _certificate("petlab test CA")
+    _, ca_path = _pem(tmp_path, "ca", ca_key, ca)
+    server_key, server_cert = _pem(tmp_path, "server", *_certificate("localhost", ca_key, ca.subject))
+    devices = {
+        name: _pem(tmp_path, name, *_certificate(name, ca_key, ca.subject)) for name in ("dev-a", "dev-b")
+    }
+    tls = {"host": "localhost", "tls_cert": server_cert, "tls_key": server_key, "tls_client_ca": ca_path}
+    with serve(tmp_path / "data", hosted, **tls) as running:
+        b_key = plant_key(running, "cert:dev-b")
+        address = f"localhost:{running.port}"
+        with make_channel(address, ca_path, devices["dev-a"][1], devices["dev-a"][0]) as a:
+            assert classify(a, b_key).code() == grpc.StatusCode.NOT_FOUND
+        with make_channel(address, ca_path, devices["dev-b"][1], devices["dev-b"][0]) as b:
+            assert classify(b, b_key).code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_client_sends_its_token(serve, hosted, tmp_path, monkeypatch, capsys):
+    with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
+        server = f"127.0.0.1:{running.port}"
+        assert client_main(["models", "--server", server]) == 1
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+        monkeypatch.setenv("PETLAB_TOKEN", BOB)
+        assert client_main(["models", "--server", server]) == 0
+        assert capsys.readouterr().out.startswith("iris:")
+        assert client_main(["models", "--server", server, "--token", "bad token"]) == 2
+
+
+def test_paillier_baseline_also_needs_a_token(serve, hosted, tmp_path):
+    options = {"tokens": tokens_file(tmp_path), "enable_paillier_baseline": True}
+    with serve(tmp_path / "data", hosted, **options) as running:
+        request = paillier_pb2.LabelsRequest(model="iris", indices=[0])
+        address = f"127.0.0.1:{running.port}"
+        with make_channel(address) as anonymous, pytest.raises(grpc.RpcError) as failure:
+            paillier_pb2_grpc.PaillierKnnServiceStub(anonymous).Labels(request, timeout=10)
+        assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with make_channel(address, token=ALICE) as alice:
+            assert paillier_pb2_grpc.PaillierKnnServiceStub(alice).Labels(request, timeout=10).labels

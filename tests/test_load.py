@@ -1,0 +1,137 @@
+"""A bounded load test (issue 15, item 7): many concurrent clients, mixed valid and invalid calls,
+for a few seconds on loopback, while every evaluation slot is held by a running classification
+and every upload slot by an idle upload. Cheap calls must keep answering: it prints their p50/p99
+latency and fails on any unanswered call or a p99 above a generous no-stall bound.
+
+The evaluations are stand-ins: concrete's evaluation is replaced by a wait on an event (the
+servicer's slots, model lock and threads are the real ones), so the test needs no key generation
+and each "evaluation" lasts exactly as long as the load does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import statistics
+import threading
+import time
+
+import grpc
+import petlab.server.knn_service as knn_service
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from petlab.client.knn_client import make_channel
+from petlab.crypto.knn_model import KnnSettings
+from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.server.limits import ServiceLimits
+
+CLIENTS = 16
+SECONDS = 8.0
+P99_BOUND = 2.0  # seconds; loopback answers take milliseconds, a stall takes the 10 s deadline
+
+
+def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
+    serve, hosted_model, tmp_path, monkeypatch
+):
+    release = threading.Event()
+
+    def long_evaluation(server, keys, query):
+        release.wait(SECONDS * 4)
+        return b""
+
+    monkeypatch.setattr(knn_service, "parse_evaluation_keys", lambda data: object())
+    monkeypatch.setattr(knn_service, "parse_ciphertext", lambda data: object())
+    monkeypatch.setattr(knn_service, "run_encrypted", long_evaluation)
+
+    def idle_upload():
+        release.wait(SECONDS * 4)
+        return
+        yield
+
+    limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    with (
+        serve(tmp_path, hosted, limits=limits) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        data = b"stand-in keys"
+        key_id = running.keys.put("iris", "load", len(data), hashlib.sha256(data).hexdigest(), [data]).key_id
+        stub = knn_pb2_grpc.KnnServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        held = [
+            stub.Classify.future(
+                knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=b"q"), timeout=60
+            )
+            for _ in range(limits.evaluation_slots)
+        ]
+        held += [stub.RegisterKeys.future(idle_upload(), timeout=60) for _ in range(limits.upload_slots)]
+        time.sleep(0.5)  # let them take their slots
+
+        cheap = [
+            (
+                "ListModels",
+                lambda: stub.ListModels(knn_pb2.ListModelsRequest(), timeout=10),
+                grpc.StatusCode.OK,
+            ),
+            ("Health", lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10), grpc.StatusCode.OK),
+            (
+                "GetClientSpecs",
+                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
+                grpc.StatusCode.OK,
+            ),
+        ]
+        invalid = [
+            (
+                "unknown model",
+                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="nope"), timeout=10),
+                grpc.StatusCode.NOT_FOUND,
+            ),
+            (
+                "Classify while busy",
+                lambda: stub.Classify(knn_pb2.ClassifyRequest(model="iris", key_id="bad"), timeout=10),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            ),
+        ]
+        latencies: list[float] = []
+        wrong: list[str] = []
+        lock = threading.Lock()
+        stop_at = time.monotonic() + SECONDS
+
+        def client(number: int) -> None:
+            calls = cheap + invalid
+            i = number
+            while time.monotonic() < stop_at:
+                name, call, expected = calls[i % len(calls)]
+                i += 1
+                started = time.perf_counter()
+                try:
+                    call()
+                    status = grpc.StatusCode.OK
+                except grpc.RpcError as exc:
+                    status = exc.code()
+                elapsed = time.perf_counter() - started
+                with lock:
+                    if status != expected:
+                        wrong.append(f"{name}: {status.name}")
+                    elif expected == grpc.StatusCode.OK:
+                        latencies.append(elapsed)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(SECONDS + 30)
+        evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
+        release.set()
+        for future in held:
+            with contextlib.suppress(grpc.RpcError):
+                future.result(timeout=30)
+
+    quantiles = statistics.quantiles(latencies, n=100)
+    p50, p99 = quantiles[49], quantiles[98]
+    print(
+        f"\nload: {len(latencies)} cheap calls from {CLIENTS} clients in {SECONDS:g} s: "
+        f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+    )
+    assert evaluations_still_running, "the stand-in evaluations ended before the load did"
+    assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
+    assert len(latencies) >= 100 and p99 < P99_BOUND
