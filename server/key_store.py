@@ -56,7 +56,9 @@ class MalformedKeyId(KeyStoreError):
 
 
 class KeyForAnotherModel(KeyStoreError):
-    pass
+    def __init__(self, message: str, registered: str = ""):
+        super().__init__(message)
+        self.registered = registered  # the model tag the key was registered for
 
 
 class KeyTooLarge(KeyStoreError):
@@ -221,7 +223,7 @@ class KeyStore:
                 raise KeyNotFound(f"unknown or expired key id {key_id}; upload your evaluation keys again")
             if row[0] != model:
                 raise KeyForAnotherModel(
-                    f"key id {key_id} was registered for model {row[0]!r}, not {model!r}"
+                    f"key id {key_id} was registered for model {row[0]!r}, not {model!r}", row[0]
                 )
             self._db.execute("UPDATE keys SET last_used = ? WHERE key_id = ?", (self._clock(), key_id))
             self._db.commit()

@@ -115,9 +115,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             return 0
         prepared = 0
         stored = sorted(self._keys.entries(), key=lambda k: k.last_used, reverse=True)
+        by_tag = {key_tag(h): h for h in self._models.values()}  # keys made for these circuits only
         self._warmups.keep_only({key.key_id for key in stored})
         for key in stored:
-            hosted, ciphertext = self._models.get(key.model), self._warmups.get(key.key_id)
+            hosted, ciphertext = by_tag.get(key.model), self._warmups.get(key.key_id)
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
                 continue
             if self._cluster is not None:
@@ -190,7 +191,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
         try:
             stored = self._keys.put(
-                hosted.model.name,
+                key_tag(hosted),
                 owner,
                 first.total_size,
                 first.sha256,
@@ -290,12 +291,19 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     def _key_path(self, key_id: str, hosted: HostedModel, context, owner: str) -> Path:
         try:
-            return self._keys.touch(key_id, hosted.model.name, owner if self._identities.enforced else None)
+            return self._keys.touch(key_id, key_tag(hosted), owner if self._identities.enforced else None)
         except MalformedKeyId as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except KeyForAnotherModel as exc:
+            if exc.registered.split("@")[0] == hosted.model.name:  # keys for an earlier circuit
+                self._keys.forget(key_id)
+                context.abort(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"unknown or expired key id {key_id}: model {hosted.model.name!r} has changed since "
+                    "it was registered; upload your evaluation keys again",
+                )
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         raise AssertionError("context.abort returned")  # pragma: no cover
 
@@ -362,6 +370,14 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 return run_encrypted(hosted.server, keys, query)
             except ValueError as exc:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def key_tag(hosted: HostedModel) -> str:
+    """What stored keys are registered under: the model's name and its client specs' digest.
+    Keys made for an earlier circuit of the same name (the server restarted with another n, k or
+    bit width) are never given to the new one: concrete crashes the process when evaluation keys
+    do not fit the circuit (found by the cluster benchmark), so they are answered as unknown."""
+    return f"{hosted.model.name}@{hosted.specs_sha256[:16]}"
 
 
 def _evaluation_keys_file(path) -> None:

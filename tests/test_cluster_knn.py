@@ -19,6 +19,7 @@ from petlab.crypto.knn_algorithms import classify_clear
 from petlab.crypto.knn_model import KnnSettings
 from petlab.server.cluster_evaluation import worker_cache_info
 from petlab.server.datasets import load_bundled
+from petlab.server.knn_service import key_tag
 from petlab.server.main import parse_args
 
 from petlab.dask_cluster import ClusterSpec
@@ -118,7 +119,7 @@ def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
 
     remote.classify(prepared, rows[0])  # the key id is registered on this server
     query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
-    path = running.keys.touch(prepared.key_id, "iris")
+    path = running.keys.touch(prepared.key_id, key_tag(running.hosted["iris"]))
     with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
         running.cluster.classify("iris", prepared.key_id, path, [query], timeout=0.0)
     (answer,) = running.cluster.classify("iris", prepared.key_id, path, [query], timeout=300.0)

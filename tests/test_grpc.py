@@ -448,3 +448,25 @@ def test_idle_uploads_cannot_freeze_the_server(serve, tmp_path, hosted):
         assert server.keys.entries() == []
         assert not list((tmp_path / "keys").glob(".upload-*"))
         assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=3).models
+
+
+def test_keys_for_an_earlier_circuit_are_never_used(serve, hosted_model, tmp_path):
+    """Keys stored for model "iris" while it had another circuit (a restart with another n) must not
+    reach the new circuit: concrete crashes the process on evaluation keys that do not fit. They are
+    answered as unknown (NOT_FOUND, so the client uploads again) and forgotten, and not prepared at
+    start."""
+    from petlab.server.knn_service import key_tag
+
+    old, new = hosted_model("iris", KnnSettings(n=6, k=3)), hosted_model("iris", KnnSettings(n=8, k=3))
+    assert key_tag(old) != key_tag(new)
+    with serve(tmp_path, {"iris": old}) as running:
+        stored = running.keys.put(key_tag(old), "", 16, hashlib.sha256(b"k" * 16).hexdigest(), [b"k" * 16])
+    with serve(tmp_path, {"iris": new}) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
+        assert running.prepared_keys == 0
+        stub = knn_pb2_grpc.KnnServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Classify(
+                knn_pb2.ClassifyRequest(model="iris", key_id=stored.key_id, encrypted_query=b"q"), timeout=30
+            )
+        assert failure.value.code() == grpc.StatusCode.NOT_FOUND and "key id" in failure.value.details()
+        assert running.keys.entries() == []

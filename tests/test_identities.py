@@ -21,6 +21,7 @@ from petlab.client.main import main as client_main
 from petlab.crypto.knn_model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.identities import TokensFileError, load_tokens
+from petlab.server.knn_service import key_tag
 from petlab.server.limits import ServiceLimits
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-fedcba9876543210"
@@ -42,7 +43,9 @@ def plant_key(running, owner: str) -> str:
     """A key in the server's store as if ``owner`` had registered it (junk bytes: a use that
     passes the owner check fails later, at parsing, with another status)."""
     data = b"not really evaluation keys"
-    stored = running.keys.put("iris", owner, len(data), hashlib.sha256(data).hexdigest(), [data])
+    stored = running.keys.put(
+        key_tag(running.hosted["iris"]), owner, len(data), hashlib.sha256(data).hexdigest(), [data]
+    )
     return stored.key_id
 
 

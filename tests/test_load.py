@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn_model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.server.knn_service import key_tag
 from petlab.server.limits import ServiceLimits
 
 CLIENTS = 16
@@ -54,7 +55,9 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
         data = b"stand-in keys"
-        key_id = running.keys.put("iris", "load", len(data), hashlib.sha256(data).hexdigest(), [data]).key_id
+        key_id = running.keys.put(
+            key_tag(running.hosted["iris"]), "load", len(data), hashlib.sha256(data).hexdigest(), [data]
+        ).key_id
         stub = knn_pb2_grpc.KnnServiceStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
         held = [
