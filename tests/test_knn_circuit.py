@@ -1,6 +1,8 @@
 """Encrypted HE-kNN-V against the clear reference: simulation on many queries, real encryption on
 a few, through the byte-level client/server API."""
 
+import os
+
 import numpy as np
 import pytest
 from petlab.crypto.deployment import (
@@ -56,10 +58,17 @@ def encrypted_answers(circuit, queries: np.ndarray, directory) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("PETLAB_PAPER_SCALE"),
+    reason="the paper circuit at n = 40 for real takes 2 minutes on 2 cores; PETLAB_PAPER_SCALE=1 runs it",
+)
 def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model, iris_test_levels, tmp_path):
     """The paper's setting, n = 40: a held-out query encrypted for real (about a minute on 2 cores,
-    plus 17 s of key generation). Agreement over many queries is the simulation's job, above; real
-    execution of more queries, at n = 10, is below."""
+    plus 17 s of key generation). Opt-in (``PETLAB_PAPER_SCALE=1``) to keep ``make test`` within
+    its 10 minutes on 2 cores; ``make test`` still runs the paper circuit for real at n = 10 (below),
+    simulates it at n = 40 (above) and runs the fast circuit for real at n = 40
+    (``tests/test_fast_knn.py``), and ``petlab-experiments knn-bench --algorithm paper --n 40``
+    checks every encrypted answer against the clear one."""
     queries = iris_test_levels[5:6]
     assert encrypted_answers(iris_circuit, queries, tmp_path) == classify(iris_model.plan, queries).tolist()
 
