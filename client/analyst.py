@@ -30,8 +30,8 @@ from pathlib import Path
 import grpc
 import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from petlab.client.channel import make_channel
 from petlab.client.files import write_owner_only
-from petlab.client.knn_client import make_channel
 from petlab.crypto.instructions import InvalidInstruction, canonical_json
 from petlab.crypto.trace_chain import (
     CertificationScope,

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from petlab.client.bearer import with_token
+from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
 from petlab.client.files import private_directory, write_owner_only
 from petlab.client.parameter_check import check_security
 from petlab.crypto.deployment import KnnClient
 from petlab.crypto.quantization import MinMaxQuantizer
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.protos.limits import CHANNEL_OPTIONS
 from tqdm import tqdm
 
 CHUNK_BYTES = 1 << 20
@@ -223,26 +222,6 @@ def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:
     return MinMaxQuantizer.from_dict(
         {"bits": info.bits, "lows": list(info.feature_lows), "highs": list(info.feature_highs)}
     )
-
-
-def make_channel(
-    address: str,
-    tls_ca: Path | None = None,
-    tls_cert: Path | None = None,
-    tls_key: Path | None = None,
-    token: str | None = None,
-) -> grpc.Channel:
-    """A channel to ``address``: TLS when a CA or client certificate is given, and the bearer
-    ``token`` on every call when given (``client.bearer``)."""
-    options = list(CHANNEL_OPTIONS)
-    if tls_ca or tls_cert:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=tls_ca.read_bytes() if tls_ca else None,
-            private_key=tls_key.read_bytes() if tls_key else None,
-            certificate_chain=tls_cert.read_bytes() if tls_cert else None,
-        )
-        return with_token(grpc.secure_channel(address, credentials, options), token)
-    return with_token(grpc.insecure_channel(address, options), token)
 
 
 def _retry_after(exc: grpc.RpcError) -> float:

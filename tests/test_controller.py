@@ -576,3 +576,13 @@ def test_an_old_session_database_is_migrated(tmp_path):
     assert store.open(b"\x02", b"\xaa") is not None  # another analyst, the same T_0
     assert store.open(b"\x01", b"\xaa") is None  # the same analyst replaying it
     store.close()
+
+
+def test_the_analyst_tool_does_not_import_concrete():
+    """``petlab-analyst`` never encrypts: it must not load concrete-python (and print setuptools'
+    pkg_resources warning on every call)."""
+    import subprocess
+    import sys
+
+    code = "import sys, petlab.client.analyst; sys.exit('concrete' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
