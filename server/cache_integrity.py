@@ -24,6 +24,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from petlab.server.secret_files import UnsafeSecretFile, read_owner_only
+
 KEY_FILE = "mac.key"
 KEY_BYTES = 32
 _DOMAIN = b"petlab model cache entry v1\x00"
@@ -108,19 +110,11 @@ def _create_key(path: Path) -> None:
 
 def _read_key(path: Path) -> bytes:
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise UnsafeCache(f"model cache key {path} cannot be opened: {exc.strerror}") from exc
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            raise UnsafeCache(f"model cache key {path} is not a file of this user; refusing the cache")
-        if info.st_mode & 0o077:
-            raise UnsafeCache(
-                f"model cache key {path} is readable or writable by others (mode "
-                f"{stat.S_IMODE(info.st_mode):o}); refusing the cache: remove the key, the cache is rebuilt"
-            )
-        key = handle.read(KEY_BYTES + 1)
+        key = read_owner_only(path)
+    except UnsafeSecretFile as exc:
+        raise UnsafeCache(
+            f"model cache key {exc}; refusing the cache: remove the key, the cache is rebuilt"
+        ) from exc
     if len(key) != KEY_BYTES:
         raise UnsafeCache(f"model cache key {path} is damaged; remove it and the cache is rebuilt")
     return key

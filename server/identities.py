@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import stat
 from pathlib import Path
 
 import grpc
 from petlab.server.rpc_errors import abort
+from petlab.server.secret_files import UnsafeSecretFile, read_owner_only
 
 OWNER_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII without spaces, 16+ characters
@@ -37,22 +36,11 @@ def load_tokens(path: Path) -> dict[str, str]:
     """SHA-256 of each token (hex) -> owner name, from an owner-only tokens file."""
     path = Path(path)
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise TokensFileError(f"cannot open the tokens file {path}: {exc.strerror}") from exc
-    with os.fdopen(descriptor, "r", encoding="utf-8", errors="strict") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            raise TokensFileError(f"the tokens file {path} is not a regular file of this user")
-        if info.st_mode & 0o077:
-            raise TokensFileError(
-                f"the tokens file {path} is readable or writable by others (mode "
-                f"{stat.S_IMODE(info.st_mode):o}); chmod 600 it"
-            )
-        try:
-            lines = handle.read().splitlines()
-        except UnicodeDecodeError as exc:
-            raise TokensFileError(f"the tokens file {path} is not UTF-8 text") from exc
+        lines = read_owner_only(path).decode("utf-8").splitlines()
+    except UnsafeSecretFile as exc:
+        raise TokensFileError(f"the tokens file {exc}; chmod 600 it and keep it yours") from exc
+    except UnicodeDecodeError as exc:
+        raise TokensFileError(f"the tokens file {path} is not UTF-8 text") from exc
     tokens: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         fields = line.split()
