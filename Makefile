@@ -46,7 +46,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python tools/typecheck.py
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest

@@ -30,10 +30,10 @@ from pathlib import Path
 import grpc
 import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from petlab.client.channel import make_channel
-from petlab.client.files import write_owner_only
-from petlab.crypto.instructions import InvalidInstruction, canonical_json
-from petlab.crypto.trace_chain import (
+from petlab.crypto.chain.instructions import InvalidInstruction, canonical_json
+from petlab.crypto.chain.traces import (
     CertificationScope,
     ChainState,
     authority_message,
@@ -45,6 +45,7 @@ from petlab.crypto.trace_chain import (
     seal,
     verify_seal,
 )
+from petlab.owner_only import write_owner_only
 from petlab.protos import controller_pb2, controller_pb2_grpc
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+
 from petlab.client.bearer import with_token
-from petlab.protos.limits import CHANNEL_OPTIONS
+from petlab.protos.message_limits import CHANNEL_OPTIONS
 
 
 def make_channel(

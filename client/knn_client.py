@@ -1,4 +1,4 @@
-"""The device's side of encrypted k-NN over gRPC: a thin layer over ``crypto.deployment``.
+"""The device's side of encrypted k-NN over gRPC: a thin layer over ``crypto.knn.deployment``.
 
 Client specs are checked against concrete's 128-bit parameters (``client.parameter_check``) before any
 key is made. Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
@@ -11,7 +11,6 @@ once, and the call retried. Byte counts are the serialized sizes of the messages
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import re
 import time
@@ -21,13 +20,15 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
-from petlab.client.files import private_directory, write_owner_only
-from petlab.client.parameter_check import check_security
-from petlab.crypto.deployment import KnnClient
-from petlab.crypto.quantization import MinMaxQuantizer
-from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
+
+from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
+from petlab.client.files import default_cache_dir
+from petlab.client.parameter_check import check_security
+from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.owner_only import private_directory, write_owner_only
+from petlab.protos import knn_pb2, knn_pb2_grpc
 
 CHUNK_BYTES = 1 << 20
 
@@ -210,10 +211,6 @@ class KnnRemote:
     def _say(self, message: str) -> None:
         if self.show_progress:
             tqdm.write(message)
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("PETLAB_CLIENT_CACHE", Path.home() / ".cache" / "petlab"))
 
 
 def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:

@@ -15,17 +15,21 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
 import pandas as pd
-from petlab.client.files import UnsafeDirectory
-from petlab.client.knn_client import CallStats, KnnRemote, default_cache_dir, make_channel
-from petlab.client.paillier_client import paillier_classify
-from petlab.client.parameter_check import WeakParameters
-from petlab.crypto.paillier_knn import generate_keypair
-from petlab.protos import knn_pb2, knn_pb2_grpc
 from tqdm import tqdm
+
+from petlab.client.channel import make_channel
+from petlab.client.files import default_cache_dir
+from petlab.owner_only import UnsafeDirectory
+from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.subcommands import quiet_dependency_warnings
+
+if TYPE_CHECKING:
+    from petlab.client.knn_client import CallStats, KnnRemote
 
 
 class UserError(Exception):
@@ -70,6 +74,14 @@ def print_stats(stats: list[CallStats], header: str) -> None:
         )
 
 
+def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
+    info = next((m for m in remote.models() if m.name == name), None)
+    if info is None:
+        names = ", ".join(m.name for m in remote.models())
+        raise UserError(f"the server hosts no model named {name!r} (it hosts: {names})")
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="petlab-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -107,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         command.add_argument("--quiet", action="store_true", help="no progress output")
     args = parser.parse_args(argv)
+    quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
+    from petlab.client.parameter_check import WeakParameters
 
     try:
         channel = make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token)
@@ -129,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, channel) -> int:
+    from petlab.client.knn_client import KnnRemote
+    from petlab.client.paillier_client import paillier_classify
+    from petlab.crypto.paillier_knn import generate_keypair
+
     if args.command == "models":
         for info in (
             knn_pb2_grpc.KnnServiceStub(channel)
@@ -185,11 +203,3 @@ def run(args, channel) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
-    info = next((m for m in remote.models() if m.name == name), None)
-    if info is None:
-        names = ", ".join(m.name for m in remote.models())
-        raise UserError(f"the server hosts no model named {name!r} (it hosts: {names})")
-    return info

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from petlab.client.knn_client import CallStats, quantizer_of
 from petlab.crypto.paillier_knn import (
     decrypt_distances,

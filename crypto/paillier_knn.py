@@ -6,7 +6,7 @@ The protocol the HE-kNN-V paper sets itself apart from (Ameur et al., PSD 2022, 
 1. The client sends its Paillier public key, E(q_f) for each quantized feature and E(|q|²).
 2. The server, additively homomorphically, returns E(d_i) = E(|q|²) · E(|x_i|²) · Π_f E(q_f)^(-2 x_if)
    for every one of its n training points.
-3. The client decrypts, sorts (ties broken by the smaller index, as in ``crypto.knn_plan``), and
+3. The client decrypts, sorts (ties broken by the smaller index, as in ``crypto.knn.paper.plan``), and
    asks for the labels of the k nearest indices; it takes the majority (smallest class on ties).
 
 Leakage, stated because it is the point of the comparison: the client learns n, k and every

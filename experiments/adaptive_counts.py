@@ -11,10 +11,12 @@ evaluation, not a release.
 
 from __future__ import annotations
 
+import argparse
 import csv
 from pathlib import Path
 
 import numpy as np
+
 from petlab.experiments.synthesis_experiments import commute_points
 from petlab.plaindata.adaptive.hierarchies import Quadtree
 from petlab.plaindata.adaptive.histograms import (
@@ -81,3 +83,14 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
         )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0])
+    parser.add_argument("--out", type=Path, default=Path("results/adaptive_counts.md"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_counts(args.workers, args.seed, args.eps, args.out)

@@ -18,6 +18,7 @@ skipped (``--n`` or ``--synth-workers`` with no values) is reported from its CSV
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import subprocess
@@ -29,15 +30,15 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from petlab.client.knn_client import KnnRemote, make_channel
-from petlab.crypto.knn_algorithms import classify_clear, default_config
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.server.datasets import load_bundled
-from petlab.server.knn_service import HostedModel
-from petlab.server.main import ServerOptions, start
-from petlab.server.model_cache import load_or_compile
 
+from petlab.client.knn_client import KnnRemote, make_channel
+from petlab.crypto.knn.families import classify_clear, default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.dask_cluster import ClusterSpec
+from petlab.server.app import ServerOptions, start
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel
 
 KNN_COLUMNS = [
     "config",
@@ -156,7 +157,7 @@ def bench_knn_config(
 
 
 def _limits(clients: int):
-    from petlab.server.limits import ServiceLimits
+    from petlab.server.common.admission import ServiceLimits
 
     return ServiceLimits(evaluation_slots=max(3, clients))
 
@@ -302,3 +303,31 @@ def run_bench(
     (out_dir / "cluster_bench.md").write_text(text)
     print(text)
     return 0 if all(row["correct"] for row in knn) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, nargs="*", default=[20], help="k-NN n values (none: skip k-NN)")
+    parser.add_argument("--clients", type=int, default=2, help="concurrent clients, each with its own keys")
+    parser.add_argument("--queries", type=int, default=6, help="timed queries per client and configuration")
+    parser.add_argument(
+        "--synth-workers",
+        type=int,
+        nargs="*",
+        default=[150_000, 500_000, 1_500_000],
+        help="OnTheMap sizes in workers (jobs); none: skip OnTheMap",
+    )
+    parser.add_argument("--blocks-per-worker", type=float, default=233_726 / 1_500_000)
+    parser.add_argument("--out", type=Path, default=Path("results"), help="directory for the CSVs and .md")
+    parser.add_argument("--cache-dir", type=Path, default=Path(".petlab-cache/models"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_bench(
+        args.n,
+        args.clients,
+        args.queries,
+        args.synth_workers,
+        args.blocks_per_worker,
+        args.out,
+        args.cache_dir,
+    )

@@ -9,6 +9,7 @@ model from its cache instead of recompiling.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -22,7 +23,8 @@ import grpc
 import numpy as np
 import pandas as pd
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from petlab.server.datasets import load_bundled
+
+from petlab.server.knn.datasets import load_bundled
 
 BIN = Path(sys.executable).parent
 
@@ -137,3 +139,17 @@ def run_demo(rows: int = 3, data_dir: Path = Path(".petlab-cache/demo-server")) 
         )
     print("Paillier leaks n, k, every distance (to the client) and the neighbours' indices (to the server).")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=3, help="held-out rows to classify (default 3)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".petlab-cache/demo-server"),
+        help="the demo server's data directory (compile cache, keys)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(args.rows, args.data_dir)

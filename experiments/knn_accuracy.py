@@ -9,15 +9,17 @@ and, for reference, on raw features. The issue's rule: fast within 2 points of f
 
 from __future__ import annotations
 
+import argparse
 import csv
 from pathlib import Path
 
 import numpy as np
-from petlab.crypto.knn_algorithms import classify_clear
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.server.datasets import BUNDLED, load_bundled
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import MinMaxScaler
+
+from petlab.crypto.knn.families import classify_clear
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.server.knn.datasets import BUNDLED, load_bundled
 
 COLUMNS = [
     "dataset",
@@ -77,3 +79,13 @@ def run_accuracy(n: int, k: int, out: Path) -> int:
     out.with_suffix(".md").write_text(header + body)
     print(header + body)
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=40)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("results/knn_accuracy.csv"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_accuracy(args.n, args.k, args.out)

@@ -4,7 +4,7 @@ For each (algorithm, n): PBS count, compile and key-generation time, evaluation-
 (compressed as sent; raw = concrete's ``size_of_bootstrap_keys + size_of_keyswitch_keys``, the
 uncompressed key material the server holds), bytes up (one encrypted
 query) and down (one encrypted class), the key preparation a registration pays (the warm-up
-query, ``server.key_warmup``), the latency of a first query *without* that preparation (what every
+query, ``server.knn.key_warmup``), the latency of a first query *without* that preparation (what every
 client paid before), the first query after it and the steady-state median, the clear reference's
 median, and ``global_p_error`` (concrete's bound on a wrong lookup per evaluation). Every
 encrypted answer is checked against the clear reference of the same integer algorithm.
@@ -15,6 +15,7 @@ parallel, 28 KB per query.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import time
@@ -22,14 +23,15 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from petlab.crypto.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
-from petlab.crypto.knn_algorithms import classify_clear, compile_any, default_config
-from petlab.crypto.knn_circuit import CircuitConfig, circuit_statistics
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.experiments.machine import cpu_model
-from petlab.server.datasets import load_bundled
-from petlab.server.key_warmup import prepare_keys
 from tqdm import tqdm
+
+from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
+from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
+from petlab.crypto.knn.families import ALGORITHMS, classify_clear, compile_plan, default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.experiments.machine import cpu_model
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.key_warmup import prepare_keys
 
 COLUMNS = [
     "algorithm",
@@ -87,7 +89,7 @@ def bench_one(
     model = build_model("iris", train.features[:, columns], train.labels, settings)
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
 
-    circuit, compile_seconds = _timed(compile_any, model.plan, config)
+    circuit, compile_seconds = _timed(compile_plan, model.plan, config)
     statistics = circuit_statistics(circuit)
     client = KnnClient(circuit.server.client_specs.serialize())
     _, keygen_seconds = _timed(client.generate_keys)
@@ -176,3 +178,35 @@ def markdown_table(rows: list[dict]) -> str:
     body = "".join("| " + " | ".join(str(r[c]) for c in MARKDOWN_COLUMNS) + " |\n" for r in rows)
     machine = f"\n{rows[0]['cores']} cores, {rows[0]['cpu']}, concrete-python {rows[0]['concrete_python']}\n"
     return header + body + machine
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    parser.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
+    parser.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
+    parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
+    parser.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
+    parser.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
+    parser.add_argument(
+        "--global-p-error", type=float, default=None, help="default: per family (crypto.knn.families)"
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=["multi", "mono"],
+        default=None,
+        help="default: per family (crypto.knn.families)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
+    config = (
+        CircuitConfig(
+            sign_bits=args.sign_bits,
+            global_p_error=args.global_p_error or CircuitConfig.global_p_error,
+            parameter_selection_strategy=args.strategy or "multi",
+        )
+        if custom
+        else None
+    )
+    return run_bench(args.n, args.queries, args.out, args.algorithm, config, args.paper_max_n)

@@ -23,16 +23,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
 from petlab.client.knn_client import CallStats, KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
-from petlab.crypto.knn_algorithms import ALGORITHMS, classify_clear, default_config
-from petlab.crypto.knn_model import KnnModel, KnnSettings, build_model
+from petlab.crypto.knn.families import ALGORITHMS, classify_clear, default_config
+from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.experiments.wire import ByteCountingChannel
-from petlab.server.datasets import load_bundled
-from petlab.server.knn_service import HostedModel
-from petlab.server.main import ServerOptions, start
-from petlab.server.model_cache import load_or_compile
+from petlab.server.app import ServerOptions, start
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel
 
 PROTOCOLS = {"fast": "HE k-NN fast", "paper": "HE-kNN-V (paper)"}
 PAILLIER = "Paillier (interactive)"
@@ -92,6 +93,12 @@ class QueryLog:
             "key_bytes": key_bytes,
             "rounds": rounds,
         }
+
+
+def progress_steps(queries: int) -> int:
+    """What :func:`run_dataset` advances a progress bar by: one step per query and protocol (every
+    encrypted family, then Paillier)."""
+    return (len(ALGORITHMS) + 1) * queries
 
 
 def run_dataset(name: str, settings: KnnSettings, queries: int, cache: Path, progress=None) -> list[dict]:

@@ -7,23 +7,25 @@ the answers. Per row it prints the decrypted class, the clear reference's class 
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
 import numpy as np
-from petlab.crypto.deployment import (
+from sklearn.neighbors import KNeighborsClassifier
+
+from petlab.crypto.knn.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from petlab.crypto.knn_algorithms import classify_clear, default_config
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.quantization import MinMaxQuantizer
-from petlab.server.datasets import load_bundled
-from petlab.server.model_cache import load_or_compile
-from sklearn.neighbors import KNeighborsClassifier
+from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear, default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.model_cache import load_or_compile
 
 
 def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path | None = None) -> int:
@@ -90,3 +92,20 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
     )
     compiled.server.cleanup()
     return 0 if agree == min(rows, len(test.labels)) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
+    parser.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
+    parser.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM, help="circuit family")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="compile cache (default $PETLAB_CACHE_DIR or ~/.cache/petlab/models)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_demo(args.rows, KnnSettings(n=args.n, k=args.k, algorithm=args.algorithm), args.cache_dir)

@@ -10,6 +10,7 @@ sparse form buys.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import platform
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from petlab.plaindata.onthemap.algorithm1 import synthesize_destination_dense
 from petlab.plaindata.onthemap.commute_data import generate
 
@@ -81,3 +83,14 @@ def run_bench(workers: int, blocks: int, seed: int, out: Path) -> int:
         f"~{dense_total:.0f} s ({row['speedup_vs_dense']}x); written to {out}"
     )
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=1_500_000, help="workers (~ O/D pairs; default 1.5M)")
+    parser.add_argument("--blocks", type=int, default=233_726, help="blocks in the state (default 233,726)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("results/onthemap_bench.csv"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_bench(args.workers, args.blocks, args.seed, args.out)

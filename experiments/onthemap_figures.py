@@ -23,6 +23,7 @@ of "additional primary job holders" the paper reports. Configurations:
 
 from __future__ import annotations
 
+import argparse
 import csv
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata.metrics.commute import commute_miles
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.commute_data import generate
@@ -216,3 +218,14 @@ def _markdown(
         "sampled; the paper's priors were chosen for the full domain.",
     ]
     (out / "onthemap_figures.md").write_text("\n".join(lines) + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=1_500_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sample", type=int, default=120, help="destination blocks in the figures")
+    parser.add_argument("--out", type=Path, default=Path("results/onthemap_figures"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_figures(args.workers, args.seed, args.sample, args.out)

@@ -14,15 +14,18 @@ an hour on a multi-core machine (Section 6.5, Figure 5).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import platform
 import resource
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.plausible.bayes_model import seed_probabilities
 from petlab.plaindata.plausible.privacy_tests import count_plausible_seeds
@@ -124,3 +127,28 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
     print("\n".join(PlausiblePrivacyReport.of(fitted, config, passed).lines()))
     print(f"wrote {out}")
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="ACS CSV (default $PETLAB_ACS_DATA, else ../shared/data/acs13.csv, else the shipped sample)",
+    )
+    parser.add_argument("--candidates", type=int, default=100_000)
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--gamma", type=float, default=4.0)
+    parser.add_argument("--omega", type=int, default=9)
+    parser.add_argument("--eps0", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("results/plausible_bench.csv"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        data = existing_data(args.data) if args.data else default_data()
+    except FileNotFoundError as exc:
+        print(f"petlab-experiments plausible-bench: {exc}", file=sys.stderr)
+        return 2
+    synthesis = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
+    return run_bench(data, args.candidates, synthesis, args.seed, args.out)

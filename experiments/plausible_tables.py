@@ -10,9 +10,11 @@ from the real data: an evaluation figure, labelled as such, never printed by ``p
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pandas as pd
+
 from petlab.experiments.plausible_bench import default_data
 from petlab.experiments.synthesis_experiments import plausible_experiments
 
@@ -68,3 +70,20 @@ def run_tables(data: Path | None, k: int, omegas: list[int], per_class: int, see
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data", type=Path, help="ACS CSV (default: ../shared/data/acs13.csv, else the sample)"
+    )
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--omega", type=int, nargs="+", default=[9, 11])
+    parser.add_argument(
+        "--per-class", type=int, default=5000, help="records per class in the distinguishing game"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("results/plausible_tables.md"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_tables(args.data, args.k, args.omega, args.per_class, args.seed, args.out)

@@ -10,16 +10,19 @@ present.
 
 from __future__ import annotations
 
+import argparse
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from petlab.crypto.knn_model import KnnSettings
+from tqdm import tqdm
+
+from petlab.crypto.knn.model import KnnSettings
 from petlab.experiments import knn_experiments, report, synthesis_experiments
 from petlab.experiments.machine import describe
 from petlab.experiments.plausible_bench import default_data
 from petlab.plaindata import acs_sample_path
-from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
     out.mkdir(parents=True, exist_ok=True)
     machine = describe()
     steps = (
-        len(config.datasets) * 2 * config.queries
+        len(config.datasets) * knn_experiments.progress_steps(config.queries)
         + len(config.sweep_n)
         + len(config.sweep_d)
         + len(config.sweep_k)
@@ -122,3 +125,20 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
     path = report.write_report(results, figures, out, machine, mode)
     print(f"wrote {len(results)} CSV tables, {len(figures)} figures and {path}")
     return path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a few minutes on 2 cores (default)")
+    size.add_argument("--full", action="store_true", help="the papers' scales (an hour or more)")
+    parser.add_argument("--out", type=Path, help="results directory (default results/all-quick or -full)")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=Path(".petlab-cache"), help="compiled circuits (reused across runs)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.getLogger().setLevel(logging.WARNING)  # the server's per-call log would drown the bar
+    mode = "full" if args.full else "quick"
+    run_all(FULL if args.full else QUICK, args.out or Path(f"results/all-{mode}"), args.cache_dir, mode)
+    return 0

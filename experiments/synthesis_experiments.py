@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata.adaptive.hierarchies import Quadtree
 from petlab.plaindata.adaptive.histograms import (
     default_threshold,

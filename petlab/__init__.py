@@ -4,7 +4,7 @@ Three products over one namespace:
 
 * encrypted k-NN classification (:mod:`petlab.crypto`, served by :mod:`petlab.server`, used from
   :mod:`petlab.client`);
-* binding analysis sequences with tit-for-tat disclosure (:mod:`petlab.crypto.trace_chain`, the
+* binding analysis sequences with tit-for-tat disclosure (:mod:`petlab.crypto.chain.traces`, the
   controller in :mod:`petlab.server`, the analyst in :mod:`petlab.client.analyst`);
 * plain-data release mechanisms (:mod:`petlab.plaindata`);
 

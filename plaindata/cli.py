@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from petlab.plaindata.diagnostics import write_diagnostics
-from petlab.plaindata.secure_random import release_generator
 
 from petlab.dask_cluster import add_cluster_arguments, spec_from_args
+from petlab.plaindata.diagnostics import write_diagnostics
+from petlab.plaindata.secure_random import release_generator
 
 DIAGNOSTICS_HELP = (
     "write figures computed from the confidential data (not covered by the privacy statement) to this "
@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _synthesize(args) -> int:
     import pandas as pd
+
     from petlab.plaindata.onthemap.commute_data import load_lodes
 
     if not args.eps > 0:
@@ -189,6 +190,7 @@ def _add_plausible(commands) -> None:
 
 def _plausible(args) -> int:
     import pandas as pd
+
     from petlab.plaindata import acs_sample_path
     from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
     from petlab.plaindata.plausible.synthesis import PlausibleConfig, PlausiblePrivacyReport, fit, synthesize
@@ -253,12 +255,13 @@ def _plausible(args) -> int:
 def _adaptive(args, destination, origin, count, latitude, longitude, rng, seeded):
     """Workers as points of [0, 1]^4 (home lat/lon, work lat/lon; Section 5.1), synthesized,
     then snapped back to the nearest blocks (public geography: post-processing)."""
+    from scipy.spatial import cKDTree
+
     from petlab.plaindata.adaptive import histograms as adaptive
     from petlab.plaindata.adaptive.hierarchies import Quadtree
     from petlab.plaindata.dp.accounting import report_lines
     from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
     from petlab.plaindata.metrics.commute import to_unit_cube
-    from scipy.spatial import cKDTree
 
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
     low, high = np.array([latitude.min(), longitude.min()]), np.array([latitude.max(), longitude.max()])

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from petlab.crypto.fast_knn_circuit import compile_fast_circuit
-from petlab.crypto.knn_algorithms import default_config
-from petlab.crypto.knn_circuit import CircuitConfig, compile_circuit
-from petlab.crypto.knn_model import KnnModel, KnnSettings, build_model
-from petlab.server.datasets import Dataset, load_bundled
-from petlab.server.knn_service import HostedModel
-from petlab.server.main import RunningServer, ServerOptions, start
-from petlab.server.model_cache import load_or_compile
+
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.fast.circuit import compile_fast_circuit
+from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
+from petlab.crypto.knn.paper.circuit import compile_circuit
+from petlab.server.app import RunningServer, ServerOptions, start
+from petlab.server.knn.datasets import Dataset, load_bundled
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel
 
 
 @pytest.fixture(scope="session")

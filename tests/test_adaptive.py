@@ -10,6 +10,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
 from petlab.plaindata.adaptive.hierarchies import Prefixes, Quadtree
 from petlab.plaindata.adaptive.histograms import (
     basic_histogram,
@@ -23,7 +25,6 @@ from petlab.plaindata.adaptive.histograms import (
     synthesize_from_counts,
 )
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
-from scipy import stats
 
 ALPHA_TEST = 1e-6
 ALPHABET = "ab"

@@ -6,6 +6,8 @@ from itertools import product
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata.dp.composition import per_query_epsilon
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.plausible.bayes_model import (
@@ -23,7 +25,6 @@ from petlab.plaindata.plausible.bayes_structure import (
     topological_order,
 )
 from petlab.plaindata.plausible.entropy import count_lower_bound, entropy_sensitivity
-from scipy import stats
 
 CARDS = np.array([2, 3, 2, 3])
 IDENTITY = tuple(np.arange(c) for c in CARDS)

@@ -4,9 +4,10 @@ marginal baseline loses accuracy, and the distinguishing game is a coin toss bet
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.metrics.classifiers import classifier_comparison, distinguishing_accuracy
-from scipy import stats
 
 
 @pytest.fixture(scope="module")

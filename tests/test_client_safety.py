@@ -6,8 +6,9 @@ import hashlib
 import os
 
 import pytest
-from petlab.client.files import UnsafeDirectory, private_directory, write_owner_only
+
 from petlab.client.knn_client import _safe, verified_specs_digest
+from petlab.owner_only import UnsafeDirectory, private_directory, write_owner_only
 
 SPECS = b"client specs bytes"
 DIGEST = hashlib.sha256(SPECS).hexdigest()

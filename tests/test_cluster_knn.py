@@ -14,15 +14,15 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from petlab.client.knn_client import KnnRemote, make_channel
-from petlab.crypto.knn_algorithms import classify_clear
-from petlab.crypto.knn_model import KnnSettings
-from petlab.server.cluster_evaluation import worker_cache_info
-from petlab.server.datasets import load_bundled
-from petlab.server.knn_service import key_tag
-from petlab.server.main import parse_args
 
+from petlab.client.knn_client import KnnRemote, make_channel
+from petlab.crypto.knn.families import classify_clear
+from petlab.crypto.knn.model import KnnSettings
 from petlab.dask_cluster import ClusterSpec
+from petlab.server.knn.cluster_evaluation import worker_cache_info
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.service import key_tag
+from petlab.server.main import parse_args
 
 SETTINGS = KnnSettings(n=6, k=3, bits=4)  # the fast circuit, shared with test_grpc's compilation
 KNN = "petlab.knn.v1.KnnService"
@@ -115,7 +115,7 @@ def test_killed_worker_costs_a_retry_not_the_answer(running, remote, prepared, r
 
 @pytest.mark.slow
 def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
-    from petlab.server.cluster_evaluation import EvaluationTimedOut
+    from petlab.server.knn.cluster_evaluation import EvaluationTimedOut
 
     remote.classify(prepared, rows[0])  # the key id is registered on this server
     query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
@@ -155,7 +155,7 @@ def test_cluster_flags(monkeypatch, tmp_path):
 
 def test_default_path_does_not_import_dask():
     code = (
-        "import sys, petlab.server.main, petlab.plaindata.cli, petlab.server.knn_service; "
+        "import sys, petlab.server.main, petlab.plaindata.cli, petlab.server.knn.service; "
         "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -163,7 +163,7 @@ def test_default_path_does_not_import_dask():
 
 
 def test_rendezvous_order_moves_only_a_gone_workers_keys():
-    from petlab.server.cluster_evaluation import home_worker, rendezvous_order
+    from petlab.server.knn.cluster_evaluation import home_worker, rendezvous_order
 
     workers = [f"tcp://10.0.0.{i}:9000" for i in range(5)]
     keys = [f"{i:064x}" for i in range(200)]

@@ -10,13 +10,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from petlab.plaindata.onthemap.distributed_release import (
-    ReleaseSettings,
-    partition_of,
-    read_release,
-    release_on_cluster,
-)
-from petlab.plaindata.onthemap.release import release
 from scipy import stats
 from test_onthemap_release import (
     ALPHA_TEST,
@@ -27,6 +20,14 @@ from test_onthemap_release import (
     exact_release_law,
     grid_from_miles,
 )
+
+from petlab.plaindata.onthemap.distributed_release import (
+    ReleaseSettings,
+    partition_of,
+    read_release,
+    release_on_cluster,
+)
+from petlab.plaindata.onthemap.release import release
 
 COPIES = 2000
 SPACING_MILES = 20.0  # copies further apart than the last band (4 miles): independent destinations

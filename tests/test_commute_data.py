@@ -3,6 +3,7 @@ import gzip
 import numpy as np
 import pandas as pd
 import pytest
+
 from petlab.plaindata.onthemap.commute_data import generate, haversine_miles, load_lodes
 
 

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from petlab.plaindata.metrics.commute import (
     average_commute_by_destination,
     commute_cdf,

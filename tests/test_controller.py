@@ -16,16 +16,17 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from petlab.client.analyst import certify, describe, keygen, main, prepare, run
 from petlab.client.knn_client import make_channel
-from petlab.crypto.instructions import canonical_json
-from petlab.crypto.trace_chain import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
+from petlab.crypto.chain.instructions import canonical_json
+from petlab.crypto.chain.traces import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
-from petlab.server.analyses import AnalysisError, evaluate
+from petlab.server.controller.analyses import AnalysisError, evaluate
+from petlab.server.controller.output_checking import ACRO_PARITY, check
+from petlab.server.controller.query_set_control import QuerySetControl
 from petlab.server.main import parse_args
-from petlab.server.output_checking import ACRO_PARITY, check
-from petlab.server.query_set_control import QuerySetControl
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()
@@ -97,7 +98,7 @@ def test_sequence_runs_to_the_end(channel):
 def test_disclosive_output_aborts_and_hides_the_rest(channel, caplog):
     document = prepare([GOOD[0], {"type": "max", "column": "hpw"}, GOOD[1]], ANALYST)
     out = io.StringIO()
-    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(document, channel, out=out) == 3
     assert "analysis 2: ABORTED" in out.getvalue() and "withheld: disclosure control" in out.getvalue()
     assert "single record" not in out.getvalue() and "single record" in caplog.text
@@ -117,7 +118,7 @@ def test_tracker_attack_through_the_service(channel, server, caplog):
         ANALYST,
     )
     out = io.StringIO()
-    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(document, channel, out=out) == 3
     refusal = out.getvalue().splitlines()[-2]
     assert refusal == "analysis 2: ABORTED: analysis 2: withheld: disclosure control"
@@ -350,7 +351,7 @@ def test_four_set_tracker_is_refused(channel, caplog):
     masks = [evaluate(spec, DATA).query_sets[0] for spec in tracker]
     assert old_control.violation(masks) is None  # what the old code checked: all pairs pass
     out = io.StringIO()
-    with caplog.at_level(logging.INFO, logger="petlab.server.controller_service"):
+    with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(prepare(tracker, ANALYST), channel, out=out) == 3
     lines = out.getvalue().splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == [
@@ -559,7 +560,7 @@ def test_an_old_session_database_is_migrated(tmp_path):
     per-analyst key at start, keeping its sessions; then a squatter no longer locks anyone out."""
     import sqlite3
 
-    from petlab.server.session_store import SessionStore
+    from petlab.server.controller.session_store import SessionStore
 
     path = tmp_path / "sessions.sqlite"
     old = sqlite3.connect(path)

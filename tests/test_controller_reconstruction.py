@@ -25,10 +25,11 @@ import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from petlab.server.analyses import AnalysisError, evaluate
-from petlab.server.controller_service import refusal_reason
-from petlab.server.output_checking import Rules
-from petlab.server.query_set_control import QuerySetControl
+
+from petlab.server.controller.analyses import AnalysisError, evaluate
+from petlab.server.controller.output_checking import Rules
+from petlab.server.controller.query_set_control import QuerySetControl
+from petlab.server.controller.service import refusal_reason
 
 CATEGORIES = {"a": 3, "b": 2, "c": 4}
 RULES = Rules(threshold=3, dof_threshold=3)

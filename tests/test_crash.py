@@ -19,8 +19,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+
 from petlab.client.knn_client import make_channel
-from petlab.crypto.deployment import KnnClient
+from petlab.crypto.knn.deployment import KnnClient
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
 SERVER = Path(sys.executable).with_name("petlab-server")

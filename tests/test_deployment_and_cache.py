@@ -7,21 +7,22 @@ import shutil
 from dataclasses import replace
 
 import numpy as np
-import petlab.server.cache_integrity as cache_integrity
-import petlab.server.model_cache as model_cache
 import pytest
-from petlab.crypto.deployment import (
+
+import petlab.server.knn.cache_integrity as cache_integrity
+import petlab.server.knn.model_cache as model_cache
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from petlab.crypto.knn_algorithms import build_any_plan
-from petlab.crypto.knn_circuit import CircuitConfig
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.server.cache_integrity import UnsafeCache
-from petlab.server.datasets import load_bundled
+from petlab.crypto.knn.families import build_plan
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.server.knn.cache_integrity import UnsafeCache
+from petlab.server.knn.datasets import load_bundled
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def test_second_load_comes_from_cache(tiny_model, tiny_compiled, monkeypatch):
     def must_not_compile(*args, **kwargs):
         raise AssertionError("recompiled although the cache holds the artifact")
 
-    monkeypatch.setattr(model_cache, "compile_any", must_not_compile)
+    monkeypatch.setattr(model_cache, "compile_plan", must_not_compile)
     again = model_cache.load_or_compile(tiny_model, CircuitConfig(), cache)
     try:
         assert again.from_cache and again.statistics["pbs_count"] > 0
@@ -125,11 +126,11 @@ def test_cache_key_depends_on_data_and_configuration(tiny_model):
     moved[0, 0] = (moved[0, 0] + 1) % (plan.max_level + 1)  # one training level changed
     algorithm = tiny_model.algorithm
     other = replace(
-        tiny_model, plan=build_any_plan(algorithm, moved, plan.labels, plan.n_classes, plan.k, plan.bits)
+        tiny_model, plan=build_plan(algorithm, moved, plan.labels, plan.n_classes, plan.k, plan.bits)
     )
     relabelled = replace(
         tiny_model,
-        plan=build_any_plan(
+        plan=build_plan(
             algorithm, plan.train, (plan.labels + 1) % plan.n_classes, plan.n_classes, plan.k, plan.bits
         ),
     )
@@ -138,7 +139,7 @@ def test_cache_key_depends_on_data_and_configuration(tiny_model):
     assert base != tiny_model.cache_key(CircuitConfig(sign_bits=3))
     assert base != other.cache_key(CircuitConfig())
     assert base != relabelled.cache_key(CircuitConfig())
-    paper = replace(tiny_model, plan=build_any_plan("paper", *_plan_inputs(plan)))
+    paper = replace(tiny_model, plan=build_plan("paper", *_plan_inputs(plan)))
     assert paper.algorithm != tiny_model.algorithm
     assert base != paper.cache_key(CircuitConfig())
 
@@ -174,7 +175,7 @@ def _refuse_to_load_or_compile(monkeypatch) -> list:
     def recompile(*args, **kwargs):
         raise _Recompiled
 
-    monkeypatch.setattr(model_cache, "compile_any", recompile)
+    monkeypatch.setattr(model_cache, "compile_plan", recompile)
     return loaded
 
 

@@ -3,6 +3,8 @@ statistical tests at a fixed false-alarm rate (p = 1e-6, as OpenDP's own tests d
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata.dp.noise import (
     OpenDPNoise,
     SeededNoise,
@@ -10,7 +12,6 @@ from petlab.plaindata.dp.noise import (
     laplace_histogram,
     laplace_mechanism,
 )
-from scipy import stats
 
 ALPHA = 1e-6
 

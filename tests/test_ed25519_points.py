@@ -6,8 +6,9 @@ import contextlib
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from petlab.crypto.ed25519_points import P, _add, _decode, check_public_key
-from petlab.crypto.trace_chain import load_public_key, public_key_bytes
+
+from petlab.crypto.chain.ed25519_points import P, _add, _decode, check_public_key
+from petlab.crypto.chain.traces import load_public_key, public_key_bytes
 
 IDENTITY = (1).to_bytes(32, "little")
 ALL_IDENTITY_SIGNATURE = IDENTITY + bytes(32)  # R = identity, S = 0

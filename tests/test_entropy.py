@@ -6,6 +6,7 @@ from itertools import product
 
 import numpy as np
 import pytest
+
 from petlab.plaindata.dp.composition import advanced_composition, per_query_epsilon
 from petlab.plaindata.plausible.entropy import (
     binary_entropy,

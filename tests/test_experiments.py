@@ -6,9 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+
 from petlab.client.knn_client import make_channel
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
+from petlab.experiments import run_all as run_all_module
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
 from petlab.experiments.wire import ByteCountingChannel
@@ -35,9 +37,18 @@ TINY = replace(
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path):
+def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch):
+    bars = []
+
+    class CountedBar(run_all_module.tqdm):
+        def close(self):
+            bars.append((self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(run_all_module, "tqdm", CountedBar)
     out = tmp_path / "results"
     report = run_all(TINY, out, tmp_path / "cache", "tiny")
+    assert bars and all(done == total for done, total in bars)  # the bar ends at its total, not past it
     for name in ("knn", "knn_sweeps", "onthemap", "onthemap_commute", "adaptive", "plausible"):
         assert (out / f"{name}.csv").stat().st_size > 0
     for figure in ("knn_latency", "knn_sweeps", "onthemap_imse", "onthemap_commute", "adaptive_earthmover"):

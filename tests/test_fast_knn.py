@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from petlab.crypto.deployment import (
+
+from petlab.crypto.knn.deployment import (
     KnnClient,
     client_specs_bytes,
     load_server,
@@ -15,18 +16,18 @@ from petlab.crypto.deployment import (
     run_encrypted,
     save_server,
 )
-from petlab.crypto.fast_knn_circuit import compile_fast_circuit
-from petlab.crypto.fast_knn_plan import (
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.fast.circuit import compile_fast_circuit
+from petlab.crypto.knn.fast.plan import (
     build_fast_plan,
     choose_scale,
     default_distance_bits,
     feature_cost_table,
 )
-from petlab.crypto.fast_knn_reference import classify, classify_by_sorting, trace
-from petlab.crypto.knn_algorithms import default_config
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.selection_network import comparator_count, kth_smallest
-from petlab.server.datasets import load_bundled
+from petlab.crypto.knn.fast.reference import classify, classify_by_sorting, trace
+from petlab.crypto.knn.fast.selection_network import comparator_count, kth_smallest
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.server.knn.datasets import load_bundled
 
 CONFIG = default_config("fast")
 

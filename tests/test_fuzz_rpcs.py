@@ -19,9 +19,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
 from petlab.client.analyst import prepare
 from petlab.client.knn_client import make_channel
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, paillier_pb2

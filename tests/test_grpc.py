@@ -11,14 +11,15 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
-from petlab.crypto.knn_algorithms import classify_clear
-from petlab.crypto.knn_model import KnnSettings
-from petlab.crypto.knn_reference import classify_by_sorting
+from petlab.crypto.knn.families import classify_clear
+from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.paper.reference import classify_by_sorting
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
-from petlab.server.datasets import load_bundled
+from petlab.server.knn.datasets import load_bundled
 from petlab.server.main import parse_args
 
 SETTINGS = KnnSettings(n=6, k=3, bits=4)
@@ -307,7 +308,7 @@ def test_plaintext_refused_off_loopback(serve, hosted, tmp_path):
 
 
 def test_unknown_models_get_one_answer_from_every_service(channel):
-    """One lookup (server/rpc_errors.py): the same status and words from the k-NN and Paillier
+    """One lookup (server/common/rpc_errors.py): the same status and words from the k-NN and Paillier
     services, and an unnamed model is INVALID_ARGUMENT in both."""
     knn = knn_pb2_grpc.KnnServiceStub(channel)
     paillier = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
@@ -411,7 +412,7 @@ def test_idle_uploads_cannot_freeze_the_server(serve, tmp_path, hosted):
     so every other call waited for its deadline. Now at most ``upload_slots`` uploads run (the
     rest are refused at once), an idle one is cancelled after ``first_chunk_seconds``, and cheap
     calls answer throughout."""
-    from petlab.server.limits import ServiceLimits
+    from petlab.server.common.admission import ServiceLimits
 
     limits = ServiceLimits(first_chunk_seconds=1.0)
     release = threading.Event()
@@ -455,7 +456,7 @@ def test_keys_for_an_earlier_circuit_are_never_used(serve, hosted_model, tmp_pat
     reach the new circuit: concrete crashes the process on evaluation keys that do not fit. They are
     answered as unknown (NOT_FOUND, so the client uploads again) and forgotten, and not prepared at
     start."""
-    from petlab.server.knn_service import key_tag
+    from petlab.server.knn.service import key_tag
 
     old, new = hosted_model("iris", KnnSettings(n=6, k=3)), hosted_model("iris", KnnSettings(n=8, k=3))
     assert key_tag(old) != key_tag(new)

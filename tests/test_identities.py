@@ -16,13 +16,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
 from petlab.client.knn_client import make_channel
 from petlab.client.main import main as client_main
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
-from petlab.server.identities import TokensFileError, load_tokens
-from petlab.server.knn_service import key_tag
-from petlab.server.limits import ServiceLimits
+from petlab.server.common.admission import ServiceLimits
+from petlab.server.common.callers import TokensFileError, load_tokens
+from petlab.server.knn.service import key_tag
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-fedcba9876543210"
 

@@ -2,7 +2,8 @@ import hashlib
 import threading
 
 import pytest
-from petlab.server.key_store import (
+
+from petlab.server.knn.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
     KeyStore,

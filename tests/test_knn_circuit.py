@@ -5,18 +5,20 @@ import os
 
 import numpy as np
 import pytest
-from petlab.crypto.deployment import (
+
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.deployment import (
     KnnClient,
     client_specs_bytes,
     parse_ciphertext,
     parse_evaluation_keys,
     run_encrypted,
 )
-from petlab.crypto.knn_circuit import CircuitConfig, compile_circuit
-from petlab.crypto.knn_model import KnnSettings, build_model
-from petlab.crypto.knn_plan import build_plan
-from petlab.crypto.knn_reference import classify
-from petlab.server.datasets import load_bundled
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.paper.circuit import compile_circuit
+from petlab.crypto.knn.paper.plan import build_plan
+from petlab.crypto.knn.paper.reference import classify
+from petlab.server.knn.datasets import load_bundled
 
 
 def test_iris_simulation_equals_reference(iris_circuit, iris_model, iris_test_levels, simulate_all):
@@ -41,7 +43,7 @@ def test_iris_circuit_makes_only_upper_triangle_comparisons(iris_circuit, iris_m
 
 def encrypted_answers(circuit, queries: np.ndarray, directory) -> list[int]:
     """Real keys, encryption, evaluation and decryption, through serialized bytes only."""
-    from petlab.crypto.deployment import load_server, save_server
+    from petlab.crypto.knn.deployment import load_server, save_server
 
     save_server(circuit, directory / "server.zip")
     server = load_server(directory / "server.zip")

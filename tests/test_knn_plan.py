@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from petlab.crypto.knn_plan import build_plan
-from petlab.crypto.knn_reference import classify, classify_by_sorting, trace
+
+from petlab.crypto.knn.paper.plan import build_plan
+from petlab.crypto.knn.paper.reference import classify, classify_by_sorting, trace
 
 
 def test_reference_equals_sorting_oracle_on_iris(iris_model, iris_test_levels):

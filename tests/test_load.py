@@ -4,8 +4,8 @@ and every upload slot by an idle upload. Cheap calls must keep answering: it pri
 latency and fails on any unanswered call or a p99 above a generous no-stall bound.
 
 The evaluations are stand-ins: concrete's evaluation is replaced by a wait on an event (the
-servicer's slots, model lock and threads are the real ones), so the test needs no key generation
-and each "evaluation" lasts exactly as long as the load does.
+servicer's slots, the evaluator's model lock and the threads are the real ones), so the test needs
+no key generation and each "evaluation" lasts exactly as long as the load does.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import threading
 import time
 
 import grpc
-import petlab.server.knn_service as knn_service
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import petlab.server.knn.evaluators as evaluators
+import petlab.server.knn.service as knn_service
 from petlab.client.knn_client import make_channel
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.server.knn_service import key_tag
-from petlab.server.limits import ServiceLimits
+from petlab.server.common.admission import ServiceLimits
+from petlab.server.knn.service import key_tag
 
 CLIENTS = 16
 SECONDS = 8.0
@@ -39,9 +41,10 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         release.wait(SECONDS * 4)
         return b""
 
-    monkeypatch.setattr(knn_service, "parse_evaluation_keys", lambda data: object())
-    monkeypatch.setattr(knn_service, "parse_ciphertext", lambda data: object())
-    monkeypatch.setattr(knn_service, "run_encrypted", long_evaluation)
+    for module in (knn_service, evaluators):
+        monkeypatch.setattr(module, "parse_evaluation_keys", lambda data: object())
+        monkeypatch.setattr(module, "parse_ciphertext", lambda data: object())
+    monkeypatch.setattr(evaluators, "run_encrypted", long_evaluation)
 
     def idle_upload():
         release.wait(SECONDS * 4)

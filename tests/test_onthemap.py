@@ -6,8 +6,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from petlab.plaindata.onthemap.algorithm1 import synthesize_destination, synthesize_destination_dense
 from scipy import stats
+
+from petlab.plaindata.onthemap.algorithm1 import synthesize_destination, synthesize_destination_dense
 
 ALPHA_TEST = 1e-6
 

@@ -7,6 +7,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata.onthemap.privacy import (
     SLACK,
     accept_reject_epsilon,
@@ -24,7 +26,6 @@ from petlab.plaindata.onthemap.privacy import (
     union_tail_alphas,
     worst_case_ratio,
 )
-from scipy import stats
 
 
 def test_theorem_4_1_worked_examples():

@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata.onthemap import release as release_module
 from petlab.plaindata.onthemap.algorithm1 import polya_spread
 from petlab.plaindata.onthemap.block_grid import MILES_PER_DEGREE_LATITUDE, BlockGrid
@@ -19,7 +21,6 @@ from petlab.plaindata.onthemap.privacy import (
     union_tail_alphas,
 )
 from petlab.plaindata.onthemap.release import DistanceBands, release
-from scipy import stats
 
 ALPHA_TEST = 1e-6
 

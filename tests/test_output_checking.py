@@ -8,10 +8,11 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
+
 from petlab.plaindata import acs_sample_path
-from petlab.server.analyses import AnalysisError, evaluate
-from petlab.server.output_checking import ACRO_PARITY, check
-from petlab.server.query_set_control import QuerySetControl
+from petlab.server.controller.analyses import AnalysisError, evaluate
+from petlab.server.controller.output_checking import ACRO_PARITY, check
+from petlab.server.controller.query_set_control import QuerySetControl
 
 acro_module = pytest.importorskip("acro")
 sm = pytest.importorskip("statsmodels.api")

@@ -9,6 +9,7 @@ import math
 
 import pytest
 from concrete import fhe
+
 from petlab.client.main import main as client_main
 from petlab.client.parameter_check import (
     TOLERANCE_BITS,
@@ -16,8 +17,8 @@ from petlab.client.parameter_check import (
     check_security,
     minimal_log2_variance,
 )
-from petlab.crypto.deployment import client_specs_bytes
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.deployment import client_specs_bytes
+from petlab.crypto.knn.model import KnnSettings
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.metrics.tabular import all_marginal_tvds
@@ -27,7 +29,6 @@ from petlab.plaindata.plausible.synthesis import (
     synthesize,
 )
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
-from scipy import stats
 
 
 @pytest.fixture(scope="module")

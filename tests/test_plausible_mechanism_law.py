@@ -25,11 +25,12 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.plausible.bayes_model import BayesNet, seed_probabilities
 from petlab.plaindata.plausible.privacy_tests import count_plausible_seeds, theorem1
 from petlab.plaindata.plausible.synthesis import FittedModel, PlausibleConfig, generate_and_test
-from scipy import stats
 
 DOMAIN = [np.array(r) for r in itertools.product([0, 1], repeat=3)]
 MODEL = BayesNet(

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
+
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.plausible.privacy_tests import (
     count_plausible_seeds,
@@ -14,7 +16,6 @@ from petlab.plaindata.plausible.privacy_tests import (
     privacy_test_2,
     theorem1,
 )
-from scipy import stats
 
 
 def brute_force_count(p: list[float], seed: int, gamma: float) -> int:

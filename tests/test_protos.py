@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from google.protobuf import descriptor_pool
+
 from petlab.protos import knn_pb2  # noqa: F401  (registers the descriptor)
 from petlab.protos.generate import PROTOS, SUFFIXES, generate
 

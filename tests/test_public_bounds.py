@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from petlab.crypto.knn_model import KnnSettings
-from petlab.server.datasets import bundled_public_bounds, load_bounds_file, load_bundled
-from petlab.server.main import ServerOptions, load_models, parse_args
+
+from petlab.crypto.knn.model import KnnSettings
+from petlab.server.app import ServerOptions, load_models
+from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled
+from petlab.server.main import parse_args
 
 
 def _csv(tmp_path, rng) -> tuple:

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-from petlab.crypto.quantization import MinMaxQuantizer
+
+from petlab.crypto.knn.quantization import MinMaxQuantizer
 
 
 def test_training_range_maps_to_full_levels():

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from petlab.plaindata import cli as synth_cli
 from petlab.plaindata.onthemap.commute_data import generate
 from petlab.plaindata.secure_random import CHACHA_ROUNDS, is_secure, partition_generator, release_generator
-from scipy import stats
 
 
 def test_unseeded_generators_are_chacha20_and_independent():

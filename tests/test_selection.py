@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
-from petlab.crypto.knn_reference import classify
-from petlab.crypto.selection import best_random_subset, select_training_points, subset_score
 from sklearn.neighbors import KNeighborsClassifier
+
+from petlab.crypto.knn.paper.reference import classify
+from petlab.crypto.knn.training_points import best_random_subset, select_training_points, subset_score
 
 
 def test_selection_is_at_least_as_good_as_the_papers_best_of_random(iris_model, iris_split):

@@ -17,10 +17,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from petlab.client.knn_client import KnnRemote, make_channel
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.server.datasets import load_csv
+from petlab.server.knn.datasets import load_csv
 from petlab.server.main import parse_args
 
 

@@ -4,6 +4,7 @@ clear errors for bad input."""
 import json
 
 import pandas as pd
+
 from petlab.plaindata.cli import main
 
 

@@ -1,6 +1,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.metrics.tabular import all_marginal_tvds, marginal_tvd, pmse
 

@@ -8,12 +8,13 @@ import threading
 import time
 
 import grpc
-import petlab.server.knn_service as knn_service
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+import petlab.server.knn.service as knn_service
 from petlab.client.analyst import prepare
 from petlab.client.knn_client import make_channel
-from petlab.crypto.knn_model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
 

@@ -7,7 +7,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from petlab.crypto.instructions import (
+
+from petlab.crypto.chain.instructions import (
     MAX_INLINE,
     MAX_POINTER,
     SALT,
@@ -17,7 +18,7 @@ from petlab.crypto.instructions import (
     encode,
     pointer_of,
 )
-from petlab.crypto.trace_chain import (
+from petlab.crypto.chain.traces import (
     CertificationScope,
     ChainState,
     H,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 

@@ -20,6 +20,7 @@ from itertools import pairwise
 
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata.onthemap.commute_data import haversine_miles
 
 

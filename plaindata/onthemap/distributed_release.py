@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.privacy import shrunk_epsilon
 from petlab.plaindata.onthemap.release import DistanceBands, OnTheMapPrivacy, release
@@ -254,9 +255,8 @@ def read_release(out_dir: str | Path) -> pd.DataFrame:
 def run_command(args, spec, destination, origin, count, blocks, latitude, longitude) -> list[str]:
     """``petlab-synth onthemap --cluster ADDRESS | --local-workers N``: the release written as
     Parquet parts to the directory ``args.out``; returns the privacy report's lines."""
-    from petlab.plaindata.diagnostics import write_diagnostics
-
     from petlab.dask_cluster import DaskCluster
+    from petlab.plaindata.diagnostics import write_diagnostics
 
     if str(args.out).endswith((".csv", ".csv.gz", ".gz")):
         raise ValueError(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")

@@ -42,6 +42,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm import tqdm
+
 from petlab.plaindata.onthemap.algorithm1 import polya_spread
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.privacy import (
@@ -52,7 +54,6 @@ from petlab.plaindata.onthemap.privacy import (
     shrunk_union_tail_alphas,
 )
 from petlab.plaindata.secure_random import release_generator
-from tqdm import tqdm
 
 TAIL_SHARE = 0.8  # of delta: leaving gamma-Rep on a kept domain within the bounds
 DOMAIN_SHARE = 0.1  # of delta, for each of the two bounds on the kept domain

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 from petlab.plaindata.plausible.bayes_structure import discretized_cardinalities, topological_order
 

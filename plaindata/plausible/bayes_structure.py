@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
+
 from petlab.plaindata.dp.composition import Budget, best_composition, per_query_epsilon
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 from petlab.plaindata.plausible.entropy import count_lower_bound, entropy, entropy_sensitivity

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from petlab.plaindata.dp.noise import NoiseSource, laplace_mechanism
 from petlab.plaindata.secure_random import release_generator
 

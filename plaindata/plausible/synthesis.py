@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
+
 from petlab.plaindata.dp.composition import (
     Budget,
     advanced_composition,
@@ -61,7 +63,6 @@ from petlab.plaindata.plausible.privacy_tests import (
     theorem1,
 )
 from petlab.plaindata.secure_random import release_generator
-from tqdm import tqdm
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,54 @@
+"""The registry of encrypted k-NN circuit families, selected by name.
+
+``"fast"`` (default): the O(n)-lookup exact algorithm of ``crypto.knn.fast``;
+``"paper"``: the delta-matrix circuit of Ameur et al. (PSD 2022, Section 3), ``crypto.knn.paper``.
+Callers name a family or hand over a plan; nothing outside ``crypto.knn`` needs to know which runs.
+A new family: a subpackage defining ``FAMILY`` (``crypto.knn.family.KnnFamily``) and one entry below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from concrete import fhe
+
+from petlab.crypto.knn import fast, paper
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.family import KnnFamily
+
+FAMILIES: dict[str, KnnFamily] = {family.name: family for family in (fast.FAMILY, paper.FAMILY)}
+ALGORITHMS = tuple(FAMILIES)
+DEFAULT_ALGORITHM = "fast"
+
+
+def family(name: str) -> KnnFamily:
+    """The family called ``name``; ``ValueError`` naming the known ones otherwise."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}") from None
+
+
+def family_of(plan: object) -> KnnFamily:
+    """The family whose plan ``plan`` is."""
+    for candidate in FAMILIES.values():
+        if isinstance(plan, candidate.plan_type):
+            return candidate
+    raise TypeError(f"{type(plan).__name__} is not the plan of a registered k-NN family")
+
+
+def default_config(algorithm: str) -> CircuitConfig:
+    """The measured default compilation settings of one family."""
+    return family(algorithm).config
+
+
+def build_plan(algorithm: str, train, labels, n_classes: int, k: int, bits: int):
+    return family(algorithm).build_plan(train, labels, n_classes, k, bits)
+
+
+def classify_clear(plan, queries: np.ndarray) -> np.ndarray:
+    """The clear reference of whichever integer algorithm ``plan`` describes."""
+    return family_of(plan).classify_clear(plan, queries)
+
+
+def compile_plan(plan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
+    return family_of(plan).compile(plan, config, simulation)

@@ -1,0 +1,49 @@
+"""What a k-NN circuit family is: the contract every family in ``crypto.knn.families`` fulfils.
+
+A family is an integer k-NN algorithm in three parts that must agree exactly: a *plan* (the clear
+constants derived from the quantized training set), a *circuit* compiled with concrete-python
+from that plan, and a clear *reference* in numpy that computes the same class for every query
+(the tests check ``circuit == reference`` on every data set). A new family is a subpackage of
+``crypto/knn/`` whose ``__init__`` defines ``FAMILY = KnnFamily(...)``, plus one line in
+``crypto/knn/families.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from concrete import fhe
+
+from petlab.crypto.knn.config import CircuitConfig
+
+# (train levels, labels, n_classes, k, bits) -> plan
+PlanBuilder = Callable[[np.ndarray, np.ndarray, int, int, int], Any]
+# (train levels, labels, k, n_classes, queries) -> classes: the rule training-point selection
+# scores subsets with (``crypto.knn.training_points``); the one the circuit computes
+SelectionRule = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class KnnFamily:
+    """One encrypted k-NN circuit family.
+
+    name: what ``KnnSettings.algorithm``, ``petlab-server --algorithm`` and ``ModelInfo.algorithm`` say.
+    plan_type: the plan class ``build_plan`` returns (a plan names its family by its type).
+    build_plan: the clear constants of the circuit for a quantized training set.
+    compile: ``(plan, config, simulation) -> fhe.Circuit``.
+    classify_clear: ``(plan, queries) -> classes``, the clear reference of the same integer algorithm.
+    selection_rule: ``bits -> rule`` used to choose the n training points the circuit keeps.
+    config: the measured default compilation settings of this family.
+    """
+
+    name: str
+    summary: str
+    plan_type: type
+    build_plan: PlanBuilder
+    compile: Callable[[Any, CircuitConfig, bool], fhe.Circuit]
+    classify_clear: Callable[[Any, np.ndarray], np.ndarray]
+    selection_rule: Callable[[int], SelectionRule]
+    config: CircuitConfig

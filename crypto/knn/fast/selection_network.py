@@ -1,0 +1,124 @@
+"""An oblivious selection network for the k-th smallest of n values, written once for numpy arrays
+and concrete tracers alike.
+
+The network (``crypto.knn.fast.plan``, step 3; cf. Batcher's merging networks and the top-k
+selection of KU Leuven COSIC's ppknn): the n values are padded to a multiple of k with a value no
+smaller than any of them, split into G = n_padded / k groups laid out as k *rows* of G columns
+(row r holds the r-th member of every group), each column sorted by odd-even transposition, then
+columns are merged pairwise keeping the k smallest. Merging two ascending columns a and b:
+``c_i = min(a_i, b_{k-1-i})`` gives the k smallest of the union as an up-down (bitonic) sequence,
+which is then sorted by :func:`unimodal_layers`; at the final merge only ``max_i c_i`` is needed,
+which is the k-th smallest.
+
+Every comparator layer is a single call of ``exchange(a, b) -> (lo, hi)`` or ``minimum(a, b)`` on
+the concatenation of all the comparators' operands, so the circuit evaluates a layer as one tensor
+lookup. The first axis of every array is the column (group) axis; the reference may carry a second
+(query) axis. :func:`comparator_count` gives the number of comparators (= lookups in the circuit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+Exchange = Callable[[Any, Any], tuple[Any, Any]]  # numpy arrays or concrete tracers
+Minimum = Callable[[Any, Any], Any]
+
+
+def _cat(parts: list) -> Any:
+    return parts[0] if len(parts) == 1 else np.concatenate(tuple(parts), axis=0)
+
+
+def _layer(rows: list, pairs: list[tuple[int, int]], exchange: Exchange) -> list:
+    """Compare-exchange rows i < j for every (i, j) in ``pairs`` in one call: row i gets the min."""
+    if not pairs:
+        return rows
+    width = rows[0].shape[0]
+    lo, hi = exchange(_cat([rows[i] for i, _ in pairs]), _cat([rows[j] for _, j in pairs]))
+    rows = list(rows)
+    for position, (i, j) in enumerate(pairs):
+        rows[i] = lo[position * width : (position + 1) * width]
+        rows[j] = hi[position * width : (position + 1) * width]
+    return rows
+
+
+def sort_rows(rows: list, exchange: Exchange) -> list:
+    """Odd-even transposition sort of every column (k layers, k(k-1)/2 comparators per column)."""
+    k = len(rows)
+    for layer in range(k):
+        rows = _layer(rows, [(i, i + 1) for i in range(layer % 2, k - 1, 2)], exchange)
+    return rows
+
+
+def unimodal_layers(k: int) -> list[list[tuple[int, int]]]:
+    """Comparator layers that sort any *up-down* sequence of length k (increasing, then
+    decreasing), such as ``c_i = min(a_i, b_{k-1-i})`` of two ascending columns: the bitonic
+    merger (k/2 log2 k comparators) for k a power of two; for k = 3, (0, 2) puts the minimum,
+    which sits at an end, first, then (1, 2); otherwise odd-even transposition (k(k-1)/2)."""
+    if k >= 2 and k & (k - 1) == 0:
+        layers, span = [], k // 2
+        while span:
+            layers.append([(i, i + span) for i in range(k) if i % (2 * span) < span])
+            span //= 2
+        return layers
+    if k == 3:
+        return [[(0, 2)], [(1, 2)]]
+    return [[(i, i + 1) for i in range(layer % 2, k - 1, 2)] for layer in range(k)]
+
+
+def sort_unimodal(rows: list, exchange: Exchange) -> list:
+    for pairs in unimodal_layers(len(rows)):
+        rows = _layer(rows, pairs, exchange)
+    return rows
+
+
+def kth_smallest(values, k: int, pad: Callable[[int], Any], exchange: Exchange, minimum: Minimum, maximum):
+    """The k-th smallest of ``values`` along axis 0 (with multiplicity).
+
+    ``pad(m)`` returns m filler values (axis 0) no smaller than any value; ``exchange(a, b)``
+    returns elementwise (min, max); ``minimum`` and ``maximum`` return one of them (one lookup).
+    """
+    n = values.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and {n}, got {k}")
+    missing = (-n) % k
+    if missing:
+        values = np.concatenate((values, pad(missing)), axis=0)
+    groups = values.shape[0] // k
+    rows = sort_rows([values[r * groups : (r + 1) * groups] for r in range(k)], exchange)
+    while groups > 1:
+        half, odd = groups // 2, groups % 2
+        firsts = [row[:half] for row in rows]
+        seconds = [row[half : 2 * half] for row in rows]
+        merged = minimum(_cat(firsts), _cat(seconds[::-1]))
+        rows_c = [merged[i * half : (i + 1) * half] for i in range(k)]
+        if groups == 2:
+            return _max_of_rows(rows_c, maximum)
+        rows_c = sort_unimodal(rows_c, exchange)
+        if odd:
+            rows_c = [_cat([row_c, row[2 * half :]]) for row_c, row in zip(rows_c, rows, strict=True)]
+        rows, groups = rows_c, half + odd
+    return rows[k - 1][0]
+
+
+def _max_of_rows(rows: list, maximum) -> object:
+    """Elementwise maximum over k rows of width 1, as a halving tournament (k - 1 comparators)."""
+    while len(rows) > 1:
+        half = len(rows) // 2
+        paired = maximum(_cat(rows[:half]), _cat(rows[half : 2 * half]))
+        rows = [paired[i : i + 1] for i in range(half)] + rows[2 * half :]
+    return rows[0][0]
+
+
+def comparator_count(n: int, k: int) -> int:
+    """Comparators (= lookups in the circuit) that :func:`kth_smallest` uses."""
+    groups = -(-n // k)
+    total = groups * (k * (k - 1) // 2)
+    unimodal_cost = sum(len(layer) for layer in unimodal_layers(k))
+    while groups > 1:
+        half, odd = groups // 2, groups % 2
+        total += half * k + ((k - 1) if groups == 2 else half * unimodal_cost)
+        groups = half + odd
+    return total

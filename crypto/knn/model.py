@@ -1,0 +1,154 @@
+"""A data owner's k-NN model: quantizer, selected training points and the circuit's plan.
+
+Pipeline (Ameur et al., PSD 2022, Section 4.1): fit the per-feature scale on the training set
+(``crypto.knn.quantization``), quantize it, keep n representative points
+(``crypto.knn.training_points``, scored with the rule the chosen circuit computes), derive the
+circuit constants (``crypto.knn.fast.plan`` or the paper's ``crypto.knn.paper.plan``).
+:meth:`KnnModel.public_info` is what a client may see: name, d, bits, class and feature names, and
+the quantizer's bounds it needs to quantize its query; never n, k or the training data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.families import DEFAULT_ALGORITHM, family, family_of
+from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.crypto.knn.training_points import Selection, select_training_points
+
+# Bump when the circuit's construction changes, so cached compilations are not reused.
+CIRCUIT_FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class KnnSettings:
+    """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
+    the circuit family (``"fast"``, the default, or the paper's ``"paper"``; ``crypto.knn.families``)."""
+
+    n: int = 40
+    k: int = 3
+    bits: int = 4
+    seed: int = 0
+    algorithm: str = DEFAULT_ALGORITHM
+
+    def __post_init__(self) -> None:
+        family(self.algorithm)  # ValueError for an unknown family
+        if self.n < 2:
+            raise ValueError(f"n must be at least 2, got {self.n}")
+        if not 1 <= self.k <= self.n:
+            raise ValueError(f"k must be between 1 and n = {self.n}, got {self.k}")
+
+
+@dataclass(frozen=True)
+class KnnModel:
+    name: str
+    quantizer: MinMaxQuantizer
+    plan: Any  # the plan of one family in crypto.knn.families
+    class_names: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    selection: Selection
+
+    @property
+    def d(self) -> int:
+        return self.plan.d
+
+    @property
+    def algorithm(self) -> str:
+        return family_of(self.plan).name
+
+    def public_info(self) -> dict:
+        return {
+            "name": self.name,
+            "d": self.d,
+            "bits": self.plan.bits,
+            "class_names": list(self.class_names),
+            "feature_names": list(self.feature_names),
+            "quantizer": self.quantizer.to_dict(),
+        }
+
+    def cache_key(self, config: CircuitConfig) -> str:
+        """Digest of everything the compiled artifact depends on (training data, settings,
+        circuit configuration, concrete-python version, this module's circuit format)."""
+        digest = hashlib.sha256()
+        for array in (self.plan.train, self.plan.labels):
+            digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+            digest.update(str(array.shape).encode())
+        described = {
+            "k": self.plan.k,
+            "bits": self.plan.bits,
+            "n_classes": self.plan.n_classes,
+            "algorithm": self.algorithm,
+            "config": config.to_dict(),
+            "concrete": version("concrete-python"),
+            "format": CIRCUIT_FORMAT_VERSION,
+        }
+        digest.update(json.dumps(described, sort_keys=True).encode())
+        return digest.hexdigest()
+
+
+def build_model(
+    name: str,
+    features: np.ndarray,
+    labels: np.ndarray,
+    settings: KnnSettings,
+    class_names: Sequence[str] | None = None,
+    feature_names: Sequence[str] | None = None,
+    public_bounds: tuple[ArrayLike, ArrayLike] | None = None,
+) -> KnnModel:
+    """Fit, quantize, select and plan. ``labels`` are class indices 0..C-1.
+
+    ``public_bounds`` (per-feature lows and highs from a public source) set the quantizer, which
+    :meth:`KnnModel.public_info` publishes to every client. Without them the quantizer is fitted
+    on the training set, and its bounds are then the training set's exact minima and maxima: fine
+    for experiments on public data, never for a server (``petlab-server`` always passes them)."""
+    features = np.asarray(features, dtype=np.float64)
+    labels = np.asarray(labels)
+    if features.ndim != 2 or len(features) != len(labels):
+        raise ValueError("features must be 2-D with one label per row")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.size == 0 or labels.min() < 0:
+        raise ValueError("labels must be non-negative class indices")
+    n_classes = int(labels.max()) + 1 if class_names is None else len(class_names)
+    if n_classes < 2 or len(np.unique(labels)) < 2:
+        raise ValueError("a classifier needs at least two classes; the training labels have one")
+    if public_bounds is None:
+        quantizer = MinMaxQuantizer.fit(features, settings.bits)
+    else:
+        lows, highs = (np.asarray(side, dtype=np.float64).tolist() for side in public_bounds)
+        quantizer = MinMaxQuantizer.from_dict({"bits": settings.bits, "lows": lows, "highs": highs})
+        if quantizer.n_features != features.shape[1]:
+            raise ValueError(
+                f"public bounds cover {quantizer.n_features} features, the data has {features.shape[1]}"
+            )
+    levels = quantizer.transform(features)
+    selection = select_training_points(
+        levels,
+        labels,
+        settings.n,
+        settings.k,
+        n_classes,
+        seed=settings.seed,
+        classifier=family(settings.algorithm).selection_rule(settings.bits),
+    )
+    plan = family(settings.algorithm).build_plan(
+        levels[selection.indices],
+        labels[selection.indices],
+        n_classes,
+        settings.k,
+        settings.bits,
+    )
+    names = tuple(class_names) if class_names is not None else tuple(str(c) for c in range(n_classes))
+    feature_names = (
+        tuple(feature_names)
+        if feature_names is not None
+        else tuple(f"x{f}" for f in range(features.shape[1]))
+    )
+    return KnnModel(name, quantizer, plan, names, feature_names, selection)

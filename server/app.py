@@ -1,0 +1,396 @@
+"""The data owner's gRPC server, composed from its rooms: build the services, then serve them.
+
+:func:`build_services` makes every servicer and store from :class:`ServerOptions` (models compiled
+or loaded from the cache, the key store, the evaluator, the controller) and opens no socket;
+:func:`serve` puts them on one gRPC server with the cross-cutting interceptors, health checking and
+reflection, binds the port and starts. :func:`start` is both. Without ``tls_cert``/``tls_key`` the
+server listens in plaintext and only on a loopback address, and says so in its log.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pandas as pd
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from petlab.crypto.chain.traces import load_public_key
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.dask_cluster import ClusterSpec
+from petlab.protos import (
+    controller_pb2,
+    controller_pb2_grpc,
+    knn_pb2,
+    knn_pb2_grpc,
+    paillier_pb2,
+    paillier_pb2_grpc,
+)
+from petlab.protos.message_limits import CHANNEL_OPTIONS
+from petlab.server.common.admission import ServiceLimits
+from petlab.server.common.caller_flags import caller_identities, owner_quota
+from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
+from petlab.server.common.undecodable import UndecodableRequests
+from petlab.server.controller.configuration import (
+    check_identity_gate,
+    controller_identity,
+    load_analysts,
+    load_rules,
+)
+from petlab.server.controller.service import ControllerServicer
+from petlab.server.controller.session_store import SessionStore
+from petlab.server.knn.cluster_evaluation import ClusterEvaluator
+from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled, load_csv
+from petlab.server.knn.evaluators import Evaluator, LocalEvaluator
+from petlab.server.knn.key_store import KeyStore
+from petlab.server.knn.key_warmup import WarmupStore
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel, KnnServicer
+from petlab.server.paillier.service import PaillierServicer
+
+log = logging.getLogger("petlab.server")
+
+KNN_SERVICE = knn_pb2.DESCRIPTOR.services_by_name["KnnService"].full_name
+PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"].full_name
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
+
+
+@dataclass
+class ServerOptions:
+    data_dir: Path
+    models: list[str]
+    host: str = "127.0.0.1"
+    port: int = 50051
+    settings: KnnSettings = field(default_factory=KnnSettings)
+    label_column: str = "label"
+    key_idle_seconds: float = 24 * 3600
+    key_cap_bytes: int = 4 << 30
+    workers: int = 8
+    max_concurrent_rpcs: int = 32
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    allow_insecure: bool = False
+    analysis_data: Path | None = None
+    authority_key: Path | None = None
+    analysts: Path | None = None
+    open_analysis: bool = False
+    rules: Path | None = None
+    analysis_cooldown_seconds: float = 3600.0
+    controller_id: str | None = None
+    # The interactive Paillier baseline answers distances and labels for any query and indices: a
+    # caller can reconstruct the training set from a handful of calls. For experiments only.
+    enable_paillier_baseline: bool = False
+    limits: ServiceLimits = field(default_factory=ServiceLimits)
+    bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
+    tokens: Path | None = None  # bearer tokens file: identifies callers (server.common.callers)
+    owner_cap_bytes: int = 1 << 30  # per identified owner (tokens or client certificates)
+    owner_max_keys: int = 4
+    controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
+    call_seconds: float = 900.0  # server-side time limit of every call (server.common.thread_share)
+
+    @property
+    def plaintext(self) -> bool:
+        return not (self.tls_cert and self.tls_key)
+
+    @property
+    def reserved_threads(self) -> int:
+        """Threads k-NN calls never take: the controller's when it is served, else one for health."""
+        return self.controller_threads if self.analysis_data else 1
+
+
+@dataclass
+class Services:
+    """Everything :func:`serve` puts on the port, built by :func:`build_services`; no socket yet."""
+
+    hosted: dict[str, HostedModel]
+    keys: KeyStore
+    evaluator: Evaluator
+    knn: KnnServicer
+    identities: CallerIdentities
+    paillier: PaillierServicer | None = None
+    sessions: SessionStore | None = None
+    controller: ControllerServicer | None = None
+    prepared_keys: int = 0  # stored evaluation key sets prepared at start (server.knn.key_warmup)
+
+    def names(self) -> list[str]:
+        """The gRPC service names these servicers answer."""
+        served = [KNN_SERVICE]
+        if self.paillier is not None:
+            served.append(PAILLIER_SERVICE)
+        if self.controller is not None:
+            served.append(CONTROLLER_SERVICE)
+        return served
+
+    def close(self) -> None:
+        self.keys.close()
+        if self.sessions is not None:
+            self.sessions.close()
+        self.evaluator.close()
+        for hosted in self.hosted.values():
+            hosted.server.cleanup()
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    services: Services
+    _expiry_stop: threading.Event
+
+    @property
+    def keys(self) -> KeyStore:
+        return self.services.keys
+
+    @property
+    def hosted(self) -> dict[str, HostedModel]:
+        return self.services.hosted
+
+    @property
+    def sessions(self) -> SessionStore | None:
+        return self.services.sessions
+
+    @property
+    def controller(self) -> ControllerServicer | None:
+        return self.services.controller
+
+    @property
+    def prepared_keys(self) -> int:
+        return self.services.prepared_keys
+
+    @property
+    def cluster(self) -> ClusterEvaluator | None:
+        """The cluster evaluator, with ``--cluster`` / ``--local-workers``."""
+        evaluator = self.services.evaluator
+        return evaluator if isinstance(evaluator, ClusterEvaluator) else None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        self._expiry_stop.set()
+        self.services.close()
+
+
+def load_models(options: ServerOptions) -> dict[str, HostedModel]:
+    hosted = {}
+    for spec in options.models:
+        name, _, csv_path = spec.partition("=")
+        dataset = load_csv(Path(csv_path), options.label_column, name) if csv_path else load_bundled(name)
+        if name in options.bounds:
+            bounds = load_bounds_file(options.bounds[name], dataset.feature_names)
+        elif not csv_path:
+            bounds = bundled_public_bounds(name)
+        else:
+            raise ValueError(
+                f"model {name}: pass --bounds {name}=FILE with public per-feature ranges (feature,low,high); "
+                "the server never publishes its training set's own minima and maxima"
+            )
+        train, _ = dataset.split()
+        model = build_model(
+            name,
+            train.features,
+            train.labels,
+            options.settings,
+            train.class_names,
+            train.feature_names,
+            public_bounds=bounds,
+        )
+        compiled = load_or_compile(model, default_config(model.algorithm), options.data_dir / "models")
+        log.info(
+            "model %s ready (%s algorithm, %s, %d PBS per query)",
+            name,
+            model.algorithm,
+            "from cache" if compiled.from_cache else f"compiled in {compiled.compile_seconds:.1f} s",
+            compiled.statistics["pbs_count"],
+        )
+        hosted[name] = HostedModel(model, compiled.server, dataset=Path(csv_path).name if csv_path else name)
+    return hosted
+
+
+def load_analysis_data(path: Path) -> pd.DataFrame:
+    """The controller's confidential data: a CSV loaded once at start."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the analysis data {path}: {exc}") from exc
+    if frame.empty:
+        raise ValueError(f"the analysis data {path} has no records")
+    log.info("controller data: %d records, columns %s", len(frame), ", ".join(frame.columns))
+    return frame
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_options(options: ServerOptions, models_given: bool = False) -> None:
+    """Refuse a configuration that must not run (``ValueError`` with a sentence for a person)."""
+    if not options.models and not models_given and not options.analysis_data:
+        raise ValueError("nothing to serve: give at least one --model, or --analysis-data")
+    if options.plaintext and not is_loopback(options.host) and not options.allow_insecure:
+        raise ValueError(
+            f"refusing plaintext on non-loopback address {options.host}: give "
+            "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
+        )
+    if not 1 <= options.reserved_threads < options.workers:
+        raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
+    options.limits.check(options.workers - options.reserved_threads)
+    if options.analysis_data:
+        check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
+
+
+def build_evaluator(options: ServerOptions, hosted: dict[str, HostedModel]) -> Evaluator:
+    """In this process, or on the Dask cluster the options name."""
+    servers = {name: h.server for name, h in hosted.items()}
+    if options.cluster.enabled and hosted:
+        evaluator = ClusterEvaluator.start(options.cluster, servers)
+        log.info("evaluations run on the %s", options.cluster.describe())
+        return evaluator
+    return LocalEvaluator(servers)
+
+
+def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> Services:
+    """Every servicer and store of the server (models compiled or loaded from the cache unless
+    given); no socket is opened."""
+    check_options(options, models_given=bool(hosted))
+    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    hosted = hosted if hosted is not None else load_models(options)
+    identities = caller_identities(options.tokens, bool(not options.plaintext and options.tls_client_ca))
+    quota = owner_quota(identities, options.owner_cap_bytes, options.owner_max_keys, options.key_cap_bytes)
+    if options.tokens and options.plaintext and not is_loopback(options.host):
+        log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
+    if identities.enforced:
+        log.info(
+            "callers identified by %s; per-owner quota %d bytes, %d key sets",
+            "bearer token" if options.tokens else "client certificate",
+            quota.max_bytes if quota else 0,
+            quota.max_keys if quota else 0,
+        )
+    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds, quota=quota)
+    evaluator = build_evaluator(options, hosted)
+    knn = KnnServicer(
+        hosted, keys, evaluator, WarmupStore(options.data_dir / "warmup"), options.limits, identities
+    )
+    services = Services(hosted, keys, evaluator, knn, identities)
+    services.prepared_keys = knn.prepare_stored_keys()  # before the port opens: no first-query penalty
+    if services.prepared_keys:
+        log.info("prepared %d stored evaluation key set(s)", services.prepared_keys)
+    if options.enable_paillier_baseline:
+        log.warning(
+            "the Paillier baseline is enabled: it reveals distances to, and labels of, the training "
+            "points, so any caller can reconstruct the training set; serve it to trusted experiments only"
+        )
+        services.paillier = PaillierServicer({name: h.model for name, h in hosted.items()}, identities)
+    if options.analysis_data is not None:
+        analysis_data = load_analysis_data(options.analysis_data)
+        rules = load_rules(options.rules)
+        services.sessions = SessionStore(options.data_dir / "sessions.sqlite")
+        services.controller = ControllerServicer(
+            analysis_data,
+            services.sessions,
+            rules,
+            authority_key=load_public_key(options.authority_key.read_bytes())
+            if options.authority_key
+            else None,
+            analysts=load_analysts(options.analysts) if options.analysts else None,
+            cooldown_seconds=options.analysis_cooldown_seconds,
+            identity=controller_identity(
+                options.analysis_data, rules, options.data_dir, options.controller_id
+            ),
+        )
+    return services
+
+
+def serve(options: ServerOptions, services: Services) -> RunningServer:
+    """Put ``services`` on one gRPC server (interceptors, health, reflection), bind, start."""
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
+        maximum_concurrent_rpcs=options.max_concurrent_rpcs,
+        options=list(CHANNEL_OPTIONS),
+        interceptors=[
+            UndecodableRequests(),
+            CallTimeLimit(options.call_seconds),
+            ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - options.reserved_threads),
+        ],
+    )
+    knn_pb2_grpc.add_KnnServiceServicer_to_server(services.knn, server)
+    if services.paillier is not None:
+        paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(services.paillier, server)
+    if services.controller is not None:
+        controller_pb2_grpc.add_AnalysisControllerServicer_to_server(services.controller, server)
+    names = services.names()
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = _bind(server, options)
+    server.start()
+    for name in ("", *names):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    cluster = services.evaluator if isinstance(services.evaluator, ClusterEvaluator) else None
+    if cluster is not None:  # NOT_SERVING while the cluster has no workers
+
+        def cluster_health(serving: bool) -> None:
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            for name in ("", KNN_SERVICE):
+                health_servicer.set(name, status)
+
+        cluster.watch(cluster_health)
+    stop_expiry = threading.Event()
+
+    def expire_keys() -> None:
+        while not stop_expiry.wait(min(60.0, options.key_idle_seconds / 4)):
+            for key_id in services.keys.expire():
+                log.info("evaluation key %s expired", key_id)
+                services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
+
+    threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
+    return RunningServer(server, port, health_servicer, services, stop_expiry)
+
+
+def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:
+    """Build and serve (models compiled or loaded from the cache unless given)."""
+    services = build_services(options, hosted)
+    try:
+        return serve(options, services)
+    except Exception:
+        services.close()
+        raise
+
+
+def _bind(server: grpc.Server, options: ServerOptions) -> int:
+    address = f"{options.host}:{options.port}"
+    if options.tls_cert and options.tls_key:
+        client_ca = options.tls_client_ca.read_bytes() if options.tls_client_ca else None
+        credentials = grpc.ssl_server_credentials(
+            [(options.tls_key.read_bytes(), options.tls_cert.read_bytes())],
+            root_certificates=client_ca,
+            require_client_auth=client_ca is not None,
+        )
+        port = server.add_secure_port(address, credentials)
+        log.info("listening with TLS%s on %s:%d", " (mutual)" if client_ca else "", options.host, port)
+    else:
+        port = server.add_insecure_port(address)
+        log.warning("listening WITHOUT TLS on %s:%d: plaintext is for local demos only", options.host, port)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    return port

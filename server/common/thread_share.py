@@ -1,0 +1,128 @@
+"""The server's threads, shared so that k-NN work cannot starve the analysis controller, and a
+time limit on every call (issue 15, item 3).
+
+gRPC's Python server runs every call on one fixed pool, and a call cannot pick its pool. So:
+
+* :class:`ThreadShare` caps the calls of the *limited* services (k-NN and the Paillier baseline) at
+  ``limit`` running at once. One more waits at most ``wait_seconds`` (a quarter second: bursts of
+  cheap calls are served, not refused) and is then answered RESOURCE_EXHAUSTED with the
+  ``retry-after-s`` hint, leaving its thread. The remaining ``workers - limit`` threads are the
+  controller's own (and health's): however many k-NN calls arrive, they find a thread within that
+  wait.
+* :class:`CallTimeLimit` gives every unary and client-streaming call a server-side time limit: when
+  it passes, the call is cancelled (the caller sees CANCELLED; evaluations check between queries
+  and before they start, and stop). Long-lived server streams (health ``Watch``) are exempt.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import grpc
+
+from petlab.server.common.admission import RETRY_AFTER_SECONDS
+
+log = logging.getLogger(__name__)
+
+Behavior = Callable[[object, grpc.ServicerContext], object]
+
+
+def _rewrap(handler, wrap: Callable[[Behavior], Behavior]):
+    """``handler`` with its unary-response behaviour wrapped (server streams left as they are)."""
+    if handler is None:
+        return None
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            wrap(handler.unary_unary), handler.request_deserializer, handler.response_serializer
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            wrap(handler.stream_unary), handler.request_deserializer, handler.response_serializer
+        )
+    return handler
+
+
+def _service(method: str) -> str:
+    return method.lstrip("/").split("/", 1)[0]
+
+
+class ThreadShare(grpc.ServerInterceptor):
+    """At most ``limit`` calls of ``services`` at once (see the module docstring)."""
+
+    def __init__(self, services: Iterable[str], limit: int, wait_seconds: float = 0.25):
+        if limit < 1:
+            raise ValueError("the k-NN share of the thread pool must be at least one thread")
+        self._services, self._wait = frozenset(services), wait_seconds
+        self._semaphore = threading.BoundedSemaphore(limit)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if _service(handler_call_details.method) not in self._services:
+            return handler
+        return _rewrap(handler, self._bounded)
+
+    def _bounded(self, behavior: Behavior) -> Behavior:
+        def bounded(request, context):
+            if not self._semaphore.acquire(timeout=self._wait):
+                context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "the server is busy with other encrypted k-NN calls; "
+                    f"retry in {RETRY_AFTER_SECONDS} seconds",
+                )
+            try:
+                return behavior(request, context)
+            finally:
+                self._semaphore.release()
+
+        return bounded
+
+
+class CallTimeLimit(grpc.ServerInterceptor):
+    """Cancel any unary-response call still running after ``seconds`` (one watcher thread for all
+    calls, not a timer thread per call)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        if seconds <= 0:
+            raise ValueError("the per-call time limit must be positive")
+        self._seconds, self._clock = seconds, clock
+        self._running: dict[int, tuple[float, str, grpc.ServicerContext]] = {}
+        self._ids = itertools.count()
+        self._wake = threading.Condition()
+        threading.Thread(target=self._watch, name="petlab-call-time-limit", daemon=True).start()
+
+    def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        return _rewrap(continuation(handler_call_details), lambda behavior: self._limited(behavior, method))
+
+    def _limited(self, behavior: Behavior, method: str) -> Behavior:
+        def limited(request, context):
+            call = next(self._ids)
+            with self._wake:
+                self._running[call] = (self._clock() + self._seconds, method, context)
+                self._wake.notify()
+            try:
+                return behavior(request, context)
+            finally:
+                with self._wake:
+                    self._running.pop(call, None)
+
+        return limited
+
+    def _watch(self) -> None:
+        while True:
+            with self._wake:
+                now = self._clock()
+                late = [call for call, (end, _, _) in self._running.items() if end <= now]
+                expired = [self._running.pop(call) for call in late]
+                if not expired:
+                    ends = [end for end, _, _ in self._running.values()]
+                    self._wake.wait(timeout=min(ends) - now if ends else None)
+                    continue
+            for _, method, context in expired:
+                log.warning("%s ran past the server's %g s limit: cancelled", method, self._seconds)
+                context.cancel()

@@ -1,0 +1,93 @@
+"""The controller's configuration from the data owner's files: the analysts' allow-list, the
+output-checking rules, and the identity a certification authority's co-signature is bound to
+(the controller id, the data set's and the rules' digests). ``server.controller.flags`` names the
+flags that point at these files."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import secrets
+import tomllib
+from pathlib import Path
+
+from petlab.crypto.chain.instructions import canonical_json
+from petlab.crypto.chain.traces import MAX_CONTROLLER_ID, load_public_key, public_key_bytes
+from petlab.server.controller.output_checking import Rules
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerIdentity:
+    """What an authority's co-signature names (``petlab-analyst describe`` fetches it)."""
+
+    controller_id: str
+    dataset_sha256: bytes
+    rules_sha256: bytes
+
+
+def controller_identity(
+    data_path: Path, rules: Rules, data_dir: Path, controller_id: str | None
+) -> ControllerIdentity:
+    """The digests of the data file's bytes and of the rules' canonical JSON, and the id: the one
+    given, or one made at random on first start and kept (owner-only) in ``data_dir``."""
+    if controller_id is None:
+        stored = data_dir / "controller-id"
+        if not stored.exists():
+            descriptor = os.open(stored, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(f"controller-{secrets.token_hex(8)}\n")
+        controller_id = stored.read_text().strip()
+    if not 1 <= len(controller_id.encode()) <= MAX_CONTROLLER_ID:
+        raise ValueError(f"a controller id is 1 to {MAX_CONTROLLER_ID} bytes of UTF-8")
+    digest = hashlib.sha256()
+    with data_path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    rules_digest = hashlib.sha256(canonical_json(dataclasses.asdict(rules))).digest()
+    return ControllerIdentity(controller_id, digest.digest(), rules_digest)
+
+
+def load_analysts(path: Path) -> frozenset[bytes]:
+    """Raw Ed25519 public keys of the allow-list (module docstring); every block must be a valid
+    key (small-order and non-canonical keys are refused by ``load_public_key``)."""
+    files = sorted(path.glob("*.pem")) if path.is_dir() else [path]
+    keys = set()
+    for file in files:
+        blocks = _PEM_BLOCK.findall(file.read_bytes())
+        if not blocks:
+            raise ValueError(f"{file}: no PEM public key")
+        for block in blocks:
+            keys.add(public_key_bytes(load_public_key(block)))
+    if not keys:
+        raise ValueError(f"{path}: the analyst allow-list is empty")
+    return frozenset(keys)
+
+
+def load_rules(path: Path | None) -> Rules:
+    if path is None:
+        return Rules()
+    try:
+        table = tomllib.loads(path.read_text()).get("rules", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the rules file {path}: {exc}") from None
+    known = {f.name: f.type for f in dataclasses.fields(Rules)}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown rules {unknown}; known: {sorted(known)}")
+    if "quantile_probabilities" in table:
+        table["quantile_probabilities"] = tuple(float(p) for p in table["quantile_probabilities"])
+        if not all(0 < p < 1 for p in table["quantile_probabilities"]):
+            raise ValueError(f"{path}: quantile probabilities must lie strictly inside (0, 1)")
+    return Rules(**table)
+
+
+def check_identity_gate(analysts: Path | None, authority_key: Path | None, open_analysis: bool) -> None:
+    if analysts is None and authority_key is None and not open_analysis:
+        raise ValueError(
+            "serving analysis data needs registered analysts: --analysts FILE|DIR (an allow-list of "
+            "public keys) or --authority-key PEM (certified keys), or --open-analysis for a local demo"
+        )

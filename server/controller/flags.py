@@ -1,0 +1,66 @@
+"""How a data owner serves binding analysis sequences from the command line: who may analyse, and
+with which output-checking rules (issue 14).
+
+* ``--analysis-data FILE.csv``: the controller's confidential records.
+* ``--analysts FILE|DIR``: the allow-list, Ed25519 public keys in PEM (one file holding several
+  PEM blocks, or a directory of ``*.pem`` files). History, released query sets and refusals are
+  kept per key, so the allow-list is what makes that control mean something: a fresh key per
+  question would otherwise start every session with an empty history.
+* ``--authority-key PEM``: a certification authority; a key outside the allow-list may analyse with
+  the authority's co-signature on its T_0 and key.
+* ``--open-analysis``: neither, anyone may analyse (local demos only). Without it, the server
+  refuses to serve analysis data with neither an allow-list nor an authority.
+* ``--rules FILE.toml``: output-checking thresholds under a ``[rules]`` table, the fields of
+  :class:`~petlab.server.controller.output_checking.Rules` (defaults: acro's ``default.yaml`` values plus
+  the stricter quantile and regression rules).
+* ``--analysis-cooldown-seconds``: after an abort, the identity opens no session for that long.
+* ``--controller-id``: the name a certification authority's co-signature is bound to (with the
+  data set's and the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
+  Default: a random id made once and kept in the data directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from petlab.server.common.environment import add_env_option, add_env_switch
+
+
+def add_analysis_arguments(serve: argparse.ArgumentParser) -> None:
+    add_env_option(serve, "--analysis-data", Path, None, "CSV of confidential records for analysis sequences")
+    add_env_option(
+        serve, "--analysts", Path, None, "allow-list: PEM public keys (a file or a directory of *.pem)"
+    )
+    add_env_option(serve, "--authority-key", Path, None, "certification authority's public key (PEM)")
+    add_env_switch(serve, "--open-analysis", "let any key analyse (local demos only)")
+    add_env_option(serve, "--rules", Path, None, "output-checking rules (TOML, a [rules] table)")
+    add_env_option(
+        serve,
+        "--analysis-cooldown-seconds",
+        float,
+        3600.0,
+        "no new session for an identity this long after one of its analyses was withheld",
+    )
+    add_env_option(
+        serve,
+        "--controller-id",
+        str,
+        None,
+        "the name certification authorities bind co-signatures to (default: a random id kept in "
+        "the data directory)",
+    )
+
+
+def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The controller room's fields of ``server.app.ServerOptions``."""
+    return {
+        "analysis_data": args.analysis_data,
+        "authority_key": args.authority_key,
+        "analysts": args.analysts,
+        "open_analysis": args.open_analysis,
+        "rules": args.rules,
+        "analysis_cooldown_seconds": args.analysis_cooldown_seconds,
+        "controller_id": args.controller_id,
+    }

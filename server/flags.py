@@ -1,0 +1,78 @@
+"""``petlab-server serve`` flags of the server as a whole: address, TLS, threads and time limits.
+Each room adds its own (``server.knn.flags``, ``server.controller.flags``,
+``server.common.caller_flags``); :func:`serve_options` composes them into ``ServerOptions``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from petlab.server.app import ServerOptions
+from petlab.server.common.caller_flags import add_identity_arguments, caller_options
+from petlab.server.common.environment import add_env_option, add_env_switch
+from petlab.server.controller.flags import add_analysis_arguments, analysis_options
+from petlab.server.knn.flags import add_knn_arguments, knn_options
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    add_env_option(serve, "--host", str, "127.0.0.1", "address to listen on")
+    add_env_option(serve, "--port", int, 50051, "port; 0 picks a free one")
+    add_env_option(serve, "--port-file", Path, None, "write the bound port here once serving")
+    add_env_option(
+        serve,
+        "--data-dir",
+        Path,
+        Path("petlab-data"),
+        "compiled models, registered keys, controller sessions",
+    )
+    add_env_option(serve, "--workers", int, 8, "threads of the server's pool")
+    add_env_option(serve, "--max-concurrent-rpcs", int, 32, "calls admitted at once; more are refused")
+    add_env_option(serve, "--tls-cert", Path, None, "the server's certificate (PEM), with --tls-key")
+    add_env_option(serve, "--tls-key", Path, None, "the server's private key (PEM)")
+    add_env_option(
+        serve, "--tls-client-ca", Path, None, "require client certificates signed by this CA (mutual TLS)"
+    )
+    add_env_switch(serve, "--allow-insecure", "plaintext on a non-loopback address")
+    add_env_option(
+        serve,
+        "--controller-threads",
+        int,
+        2,
+        "threads of --workers that k-NN calls never take, kept for the analysis controller (when "
+        "--analysis-data is served; else 1 is kept for health checks)",
+    )
+    add_env_option(
+        serve,
+        "--call-seconds",
+        float,
+        900.0,
+        "server-side time limit of every call; a call still running is cancelled (it must cover "
+        "the slowest key upload you accept)",
+    )
+    add_env_option(
+        serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", "GRACE_SECONDS"
+    )
+    add_knn_arguments(serve)
+    add_analysis_arguments(serve)
+    add_identity_arguments(serve)
+
+
+def serve_options(args: argparse.Namespace) -> ServerOptions:
+    """``ServerOptions`` from parsed flags; ``ValueError`` for a bad combination."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    server: dict[str, Any] = {
+        "data_dir": args.data_dir,
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "max_concurrent_rpcs": args.max_concurrent_rpcs,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_client_ca": args.tls_client_ca,
+        "allow_insecure": args.allow_insecure,
+        "controller_threads": args.controller_threads,
+        "call_seconds": args.call_seconds,
+    }
+    return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))

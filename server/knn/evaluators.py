@@ -1,0 +1,145 @@
+"""Where encrypted k-NN evaluations run, behind one interface: in this process
+(:class:`LocalEvaluator`, the default) or on a Dask cluster
+(``server.knn.cluster_evaluation.ClusterEvaluator``, with ``--cluster`` / ``--local-workers``).
+
+The servicer (``server.knn.service``) validates every request, holds the key store and maps the
+exceptions below to gRPC statuses; an evaluator only runs ``server.run`` on bytes it is handed:
+the model's name, a registered key set's id and file, and serialized ciphertexts. Both keep the
+last few deserialised (and, after their first run, prepared) key sets in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from concrete import fhe
+
+from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted
+
+log = logging.getLogger(__name__)
+
+KEY_CACHE_ENTRIES = 2  # deserialised evaluation key sets kept in memory (tens to hundreds of MB each)
+
+
+class EvaluationRejected(Exception):
+    """The ciphertext or the keys do not fit the model (the caller's fault: INVALID_ARGUMENT)."""
+
+
+class KeysUnusable(EvaluationRejected):
+    """The registered key file no longer deserialises: the key set is to be forgotten."""
+
+
+class EvaluationTimedOut(Exception):
+    """The call's deadline passed, or the call ended, before the evaluation (DEADLINE_EXCEEDED)."""
+
+
+class ClusterUnavailable(Exception):
+    """The cluster could not answer within the attempts (no workers, scheduler gone: UNAVAILABLE)."""
+
+
+class Evaluator(Protocol):
+    """Runs the hosted models' circuits on clients' ciphertexts with their evaluation keys."""
+
+    def classify(
+        self,
+        model: str,
+        key_id: str,
+        key_path: Path,
+        ciphertexts: list[bytes],
+        timeout: float | None,
+        still_wanted: Callable[[], bool] = ...,
+    ) -> list[bytes]:
+        """The encrypted classes of ``ciphertexts``, in order; ``EvaluationRejected``,
+        ``EvaluationTimedOut`` or ``ClusterUnavailable`` otherwise."""
+        ...
+
+    def warm_up(
+        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
+    ) -> tuple[bool, str]:
+        """Prepare a key set with one discarded evaluation (``server.knn.key_warmup``):
+        ``(prepared, problem)``; a problem is the client's (the query does not fit) and rejects
+        the keys; "" means none, or a failure of the evaluator's own (logged)."""
+        ...
+
+    def forget(self, key_id: str) -> None:
+        """Drop whatever the evaluator holds of a key set (it expired or was rejected)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalEvaluator:
+    """Evaluations in this process. One evaluation of a model at a time (a lock per model):
+    concrete already uses every core within one evaluation."""
+
+    def __init__(self, servers: Mapping[str, fhe.Server]):
+        self._servers = dict(servers)
+        self._locks = {name: threading.Lock() for name in self._servers}
+        self._keys: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
+        self._keys_lock = threading.Lock()
+
+    def classify(
+        self,
+        model: str,
+        key_id: str,
+        key_path: Path,
+        ciphertexts: list[bytes],
+        timeout: float | None,
+        still_wanted: Callable[[], bool] = lambda: True,
+    ) -> list[bytes]:
+        keys = self._evaluation_keys(key_id, key_path)
+        queries = []
+        for ciphertext in ciphertexts:
+            try:
+                queries.append(parse_ciphertext(ciphertext))
+            except ValueError as exc:
+                raise EvaluationRejected(f"bad encrypted query: {exc}") from exc
+        answers = []
+        for query in queries:  # the model is released between the queries of a batch
+            with self._locks[model]:
+                if not still_wanted():
+                    raise EvaluationTimedOut("the call ended before evaluation began")
+                try:
+                    answers.append(run_encrypted(self._servers[model], keys, query))
+                except ValueError as exc:
+                    raise EvaluationRejected(str(exc)) from exc
+        return answers
+
+    def warm_up(
+        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
+    ) -> tuple[bool, str]:
+        try:
+            self.classify(model, key_id, key_path, [ciphertext], timeout)
+        except KeysUnusable as exc:
+            return False, str(exc)
+        except EvaluationRejected as exc:
+            return False, f"the warm-up query does not fit: {exc}"
+        return True, ""
+
+    def forget(self, key_id: str) -> None:
+        with self._keys_lock:
+            self._keys.pop(key_id, None)
+
+    def close(self) -> None:
+        with self._keys_lock:
+            self._keys.clear()
+
+    def _evaluation_keys(self, key_id: str, key_path: Path) -> fhe.EvaluationKeys:
+        with self._keys_lock:
+            if key_id in self._keys:
+                self._keys.move_to_end(key_id)
+                return self._keys[key_id]
+        try:
+            keys = parse_evaluation_keys(key_path.read_bytes())
+        except (ValueError, OSError) as exc:
+            raise KeysUnusable(f"the registered evaluation keys are unusable: {exc}") from exc
+        with self._keys_lock:
+            self._keys[key_id] = keys
+            while len(self._keys) > KEY_CACHE_ENTRIES:
+                self._keys.popitem(last=False)
+        return keys

@@ -1,0 +1,95 @@
+"""``petlab-server serve`` flags of the encrypted k-NN room: which models, the circuit settings,
+the key store's caps, admission slots and where evaluations run (``--cluster`` / ``--local-workers``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM
+from petlab.crypto.knn.model import KnnSettings
+from petlab.dask_cluster import add_cluster_arguments, spec_from_args
+from petlab.server.common.admission import ServiceLimits
+from petlab.server.common.environment import add_env_option, add_env_switch, env
+from petlab.server.knn.datasets import BUNDLED
+
+
+def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help=f"[PETLAB_MODELS, comma-separated] {', '.join(BUNDLED)}, or NAME=FILE.csv; repeatable",
+    )
+    add_env_option(serve, "--label-column", str, "label", "the label column of CSV models")
+    serve.add_argument(
+        "--bounds",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models",
+    )
+    add_env_option(serve, "--n", int, 40, "training points kept per model")
+    add_env_option(serve, "--k", int, 3, "neighbours")
+    add_env_option(serve, "--bits", int, 4, "bits per quantized feature")
+    serve.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=env("ALGORITHM", DEFAULT_ALGORITHM),
+        help=f"[PETLAB_ALGORITHM] encrypted k-NN circuit family, default {DEFAULT_ALGORITHM} "
+        "(crypto.knn.families)",
+    )
+    add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
+    add_env_option(serve, "--key-cap-mb", float, 4096.0, "all stored keys together, MiB")
+    add_env_option(
+        serve,
+        "--upload-slots",
+        int,
+        2,
+        "concurrent key uploads; more are refused at once (RESOURCE_EXHAUSTED)",
+    )
+    add_env_option(
+        serve, "--evaluation-slots", int, 3, "classifications running or waiting; more are refused at once"
+    )
+    add_env_option(
+        serve, "--upload-first-chunk-seconds", float, 10.0, "an upload with no chunk by then is cancelled"
+    )
+    add_env_option(
+        serve, "--upload-min-kib-per-second", float, 256.0, "slower uploads are cancelled after a 10 s grace"
+    )
+    add_env_switch(
+        serve,
+        "--enable-paillier-baseline",
+        "also serve the interactive Paillier baseline; it reveals distances and labels, so a caller "
+        "can reconstruct the training set (experiments only)",
+    )
+    add_cluster_arguments(serve)  # --cluster ADDRESS | --local-workers N: evaluations on Dask
+
+
+def knn_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The k-NN room's fields of ``server.app.ServerOptions``; ``ValueError`` for a bad combination."""
+    bounds = {}
+    for item in args.bounds:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            raise ValueError(f"--bounds takes NAME=FILE, got {item!r}")
+        bounds[name] = Path(path)
+    return {
+        "models": args.model or [m for m in str(env("MODELS", "")).split(",") if m],
+        "settings": KnnSettings(n=args.n, k=args.k, bits=args.bits, algorithm=args.algorithm),
+        "label_column": args.label_column,
+        "bounds": bounds,
+        "key_idle_seconds": args.key_idle_hours * 3600,
+        "key_cap_bytes": int(args.key_cap_mb * (1 << 20)),
+        "enable_paillier_baseline": args.enable_paillier_baseline,
+        "cluster": spec_from_args(args),
+        "limits": ServiceLimits(
+            upload_slots=args.upload_slots,
+            evaluation_slots=args.evaluation_slots,
+            first_chunk_seconds=args.upload_first_chunk_seconds,
+            min_bytes_per_second=args.upload_min_kib_per_second * 1024,
+            owner_upload_slots=args.owner_upload_slots,
+            owner_evaluation_slots=args.owner_evaluation_slots,
+        ),
+    }

@@ -1,0 +1,128 @@
+"""On-disk cache of compiled encrypted k-NN circuits (fast or paper), so a second start does not recompile.
+
+Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn.model.KnnModel.cache_key`
+(training data, settings, circuit configuration, concrete-python version). It holds ``server.zip``
+(concrete's server artifact) and ``meta.json`` with the artifact's SHA-256 and an HMAC-SHA256 over
+the entry (``server.knn.cache_integrity``). Both are written to a temporary name and renamed, so a crash
+never leaves a half entry. The server only loads artifacts it wrote: the cache directory must be
+this user's and writable by nobody else (created 0700, refused otherwise), and an entry whose MAC
+under the directory's owner-only key does not verify (truncated, edited, swapped, planted) is
+discarded and recompiled before concrete ever opens it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from concrete import fhe
+
+from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
+from petlab.crypto.knn.deployment import load_server, save_server
+from petlab.crypto.knn.families import compile_plan
+from petlab.crypto.knn.model import KnnModel
+from petlab.server.knn.cache_integrity import EntryMac, private_cache_directory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompiledModel:
+    model: KnnModel
+    server: fhe.Server
+    statistics: dict
+    compile_seconds: float  # of the compilation that produced the artifact
+    from_cache: bool
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("PETLAB_CACHE_DIR", Path.home() / ".cache" / "petlab" / "models"))
+
+
+def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | None = None) -> CompiledModel:
+    """The compiled circuit of ``model``: from ``cache_dir`` when a verified entry is there, else
+    compiled and stored. ``cache_integrity.UnsafeCache`` (a ``ValueError``) for a cache directory or
+    key that others could write."""
+    cache_dir = private_cache_directory(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    remove_stale_staging(cache_dir)
+    mac = EntryMac.for_directory(cache_dir)
+    entry = cache_dir / model.cache_key(config)
+    cached = _load_entry(entry, mac)
+    if cached is not None:
+        server, meta = cached
+        return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True)
+
+    log.info("compiling model %s (n=%d, d=%d): not in cache", model.name, model.plan.n, model.d)
+    started = time.perf_counter()
+    circuit = compile_plan(model.plan, config)
+    seconds = time.perf_counter() - started
+    statistics = circuit_statistics(circuit)
+    _write_entry(
+        entry,
+        circuit,
+        {"statistics": statistics, "compile_seconds": seconds, "model": model.public_info()},
+        mac,
+    )
+    server = _load_entry(entry, mac)
+    if server is None:
+        raise RuntimeError(f"compiled artifact in {entry} could not be read back")
+    return CompiledModel(model, server[0], statistics, seconds, False)
+
+
+STALE_STAGING_SECONDS = 3600.0
+
+
+def remove_stale_staging(cache_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove staging directories a killed process left behind. One is written only while an
+    artifact is saved (seconds), so one older than an hour belongs to no running server (another
+    server sharing the cache may be saving a younger one right now: it is left alone)."""
+    cutoff = (time.time() if now is None else now) - STALE_STAGING_SECONDS
+    stale = [p for p in cache_dir.glob(".staging-*") if p.is_dir() and p.lstat().st_mtime < cutoff]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_entry(entry: Path, mac: EntryMac) -> tuple[fhe.Server, dict] | None:
+    meta_path, artifact = entry / "meta.json", entry / "server.zip"
+    if not (meta_path.is_file() and artifact.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        if not isinstance(meta, dict) or not mac.verify(entry.name, artifact, meta):
+            raise ValueError("its MAC does not verify (not written by this server, or altered since)")
+        if meta.get("sha256") != _digest(artifact):
+            raise ValueError("artifact digest mismatch")
+        return load_server(artifact), meta
+    except Exception as exc:  # a damaged entry is rebuilt, never trusted
+        log.warning("discarding damaged cache entry %s: %s", entry, exc)
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def _write_entry(entry: Path, circuit: fhe.Circuit, meta: dict, mac: EntryMac) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=entry.parent))
+    try:
+        save_server(circuit, staging / "server.zip")
+        meta = {**meta, "sha256": _digest(staging / "server.zip")}
+        meta["mac"] = mac.sign(entry.name, staging / "server.zip", meta)
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""gRPC servicer for the interactive Paillier k-NN baseline (``crypto.paillier_knn``).
+
+It serves the same selected, quantized training points as the encrypted model of the same name, so
+its answers can be compared with the clear reference. Its leakage is documented in
+``crypto.paillier_knn``: it exists to be measured against.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from petlab.crypto.knn.model import KnnModel
+from petlab.crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
+from petlab.protos import paillier_pb2, paillier_pb2_grpc
+from petlab.server.common.call_log import logged_unary
+from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.rpc_errors import model_named
+
+MAX_CIPHERTEXT_BYTES = 2048  # a 8192-bit modulus squared
+
+
+class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
+    def __init__(self, models: dict[str, KnnModel], identities: CallerIdentities | None = None):
+        """``identities``: when the server names its callers (tokens, client certificates), an
+        unidentified call is UNAUTHENTICATED here as on the k-NN service."""
+        self._models = models
+        self._identities = identities or CallerIdentities()
+
+    def _model(self, name: str, context) -> KnnModel:
+        return model_named(self._models, name, context)
+
+    @logged_unary
+    def Distances(self, request, context):
+        self._identities.owner(context)
+        model = self._model(request.model, context)
+        fields = [request.public_key_n, request.encrypted_square_norm, *request.encrypted_levels]
+        if any(not f or len(f) > MAX_CIPHERTEXT_BYTES for f in fields):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "public key and ciphertexts must be non-empty big-endian integers of at most "
+                f"{MAX_CIPHERTEXT_BYTES} bytes",
+            )
+        try:
+            distances = encrypted_distances(
+                from_bytes(request.public_key_n),
+                [from_bytes(c) for c in request.encrypted_levels],
+                from_bytes(request.encrypted_square_norm),
+                model.plan.train,
+            )
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return paillier_pb2.DistancesResponse(
+            encrypted_distances=[to_bytes(d) for d in distances], k=model.plan.k
+        )
+
+    @logged_unary
+    def Labels(self, request, context):
+        self._identities.owner(context)
+        model = self._model(request.model, context)
+        try:
+            labels = labels_for(list(request.indices), model.plan.labels, model.plan.k)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return paillier_pb2.LabelsResponse(labels=labels)
