@@ -115,14 +115,14 @@ def test_killed_worker_costs_a_retry_not_the_answer(running, remote, prepared, r
 
 @pytest.mark.slow
 def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
-    from petlab.server.knn.cluster_evaluation import EvaluationTimedOut
+    from petlab.server.knn.evaluators import Evaluation, EvaluationTimedOut
 
     remote.classify(prepared, rows[0])  # the key id is registered on this server
     query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
     path = running.keys.touch(prepared.key_id, key_tag(running.hosted["iris"]))
     with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
-        running.cluster.classify("iris", prepared.key_id, path, [query], timeout=0.0)
-    (answer,) = running.cluster.classify("iris", prepared.key_id, path, [query], timeout=300.0)
+        running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=0.0))
+    (answer,) = running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=300.0))
     assert prepared.client.decrypt_class(answer) == reference(running, rows[:1])[0]
 
 

@@ -46,6 +46,7 @@ from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys
 from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.server.knn.evaluators import (
     ClusterUnavailable,
+    Evaluation,
     EvaluationRejected,
     EvaluationTimedOut,
 )
@@ -208,17 +209,12 @@ class ClusterEvaluator:
 
     # ---------------------------------------------------------------- evaluations
 
-    def classify(
-        self,
-        model: str,
-        key_id: str,
-        key_path: Path,
-        ciphertexts: list[bytes],
-        timeout: float | None,
-        still_wanted: Callable[[], bool] = lambda: True,
-    ) -> list[bytes]:
-        """The encrypted classes of ``ciphertexts`` (in order), evaluated on the cluster within
-        ``timeout``. ``EvaluationRejected``, ``EvaluationTimedOut`` or ``ClusterUnavailable`` otherwise."""
+    def classify(self, evaluation: Evaluation) -> list[bytes]:
+        """The encrypted classes of the ciphertexts (in order), evaluated on the cluster within the
+        evaluation's timeout. ``EvaluationRejected``, ``EvaluationTimedOut`` or
+        ``ClusterUnavailable`` otherwise."""
+        model, key_id, key_path = evaluation.model, evaluation.key_id, evaluation.key_path
+        ciphertexts, timeout = evaluation.ciphertexts, evaluation.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         problem = "the cluster has no workers"
         for attempt in range(ATTEMPTS):
@@ -308,22 +304,6 @@ class ClusterEvaluator:
             worker = self._placed.pop(task_key, None)
             if worker is not None:
                 self._in_flight[worker] = max(self._in_flight.get(worker, 0) - 1, 0)
-
-    def warm_up(
-        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
-    ) -> tuple[bool, str]:
-        """Prepare the keys on their home worker with one discarded evaluation
-        (``server.knn.key_warmup``): ``(prepared, problem)``, the problem being the client's (the query
-        does not fit) or "" (none, or a cluster failure, logged: the keys stay registered)."""
-        try:
-            parse_ciphertext(ciphertext)
-            self.classify(model, key_id, key_path, [ciphertext], timeout)
-        except (ValueError, EvaluationRejected) as exc:
-            return False, f"the warm-up query does not fit: {exc}"
-        except (EvaluationTimedOut, ClusterUnavailable) as exc:
-            log.warning("keys %s not prepared on the cluster: %s", key_id, exc)
-            return False, ""
-        return True, ""
 
     def forget(self, key_id: str) -> None:
         """Release a key's bytes on the cluster (the key expired or was rejected)."""

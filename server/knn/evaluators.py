@@ -14,6 +14,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -42,28 +43,25 @@ class ClusterUnavailable(Exception):
     """The cluster could not answer within the attempts (no workers, scheduler gone: UNAVAILABLE)."""
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What an evaluator is asked to run: a model's circuit on ciphertexts with one registered key
+    set, within ``timeout`` seconds while ``still_wanted()`` (the call is still active)."""
+
+    model: str
+    key_id: str
+    key_path: Path
+    ciphertexts: list[bytes]
+    timeout: float | None = None
+    still_wanted: Callable[[], bool] = lambda: True
+
+
 class Evaluator(Protocol):
     """Runs the hosted models' circuits on clients' ciphertexts with their evaluation keys."""
 
-    def classify(
-        self,
-        model: str,
-        key_id: str,
-        key_path: Path,
-        ciphertexts: list[bytes],
-        timeout: float | None,
-        still_wanted: Callable[[], bool] = ...,
-    ) -> list[bytes]:
-        """The encrypted classes of ``ciphertexts``, in order; ``EvaluationRejected``,
+    def classify(self, evaluation: Evaluation) -> list[bytes]:
+        """The encrypted classes of ``evaluation.ciphertexts``, in order; ``EvaluationRejected``,
         ``EvaluationTimedOut`` or ``ClusterUnavailable`` otherwise."""
-        ...
-
-    def warm_up(
-        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
-    ) -> tuple[bool, str]:
-        """Prepare a key set with one discarded evaluation (``server.knn.key_warmup``):
-        ``(prepared, problem)``; a problem is the client's (the query does not fit) and rejects
-        the keys; "" means none, or a failure of the evaluator's own (logged)."""
         ...
 
     def forget(self, key_id: str) -> None:
@@ -71,6 +69,24 @@ class Evaluator(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def warm_up(evaluator: Evaluator, evaluation: Evaluation) -> tuple[bool, str]:
+    """Prepare a key set with one discarded evaluation (``server.knn.key_warmup``):
+    ``(prepared, problem)``. A problem is the client's (the query or the keys do not fit) and
+    rejects the keys; "" means none, or a failure of the evaluator's own (logged: the keys stay)."""
+    try:
+        for ciphertext in evaluation.ciphertexts:
+            parse_ciphertext(ciphertext)
+        evaluator.classify(evaluation)
+    except KeysUnusable as exc:
+        return False, str(exc)
+    except (ValueError, EvaluationRejected) as exc:
+        return False, f"the warm-up query does not fit: {exc}"
+    except (EvaluationTimedOut, ClusterUnavailable) as exc:
+        log.warning("keys %s not prepared: %s", evaluation.key_id, exc)
+        return False, ""
+    return True, ""
 
 
 class LocalEvaluator:
@@ -83,43 +99,24 @@ class LocalEvaluator:
         self._keys: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._keys_lock = threading.Lock()
 
-    def classify(
-        self,
-        model: str,
-        key_id: str,
-        key_path: Path,
-        ciphertexts: list[bytes],
-        timeout: float | None,
-        still_wanted: Callable[[], bool] = lambda: True,
-    ) -> list[bytes]:
-        keys = self._evaluation_keys(key_id, key_path)
+    def classify(self, evaluation: Evaluation) -> list[bytes]:
+        keys = self._evaluation_keys(evaluation.key_id, evaluation.key_path)
         queries = []
-        for ciphertext in ciphertexts:
+        for ciphertext in evaluation.ciphertexts:
             try:
                 queries.append(parse_ciphertext(ciphertext))
             except ValueError as exc:
                 raise EvaluationRejected(f"bad encrypted query: {exc}") from exc
         answers = []
         for query in queries:  # the model is released between the queries of a batch
-            with self._locks[model]:
-                if not still_wanted():
+            with self._locks[evaluation.model]:
+                if not evaluation.still_wanted():
                     raise EvaluationTimedOut("the call ended before evaluation began")
                 try:
-                    answers.append(run_encrypted(self._servers[model], keys, query))
+                    answers.append(run_encrypted(self._servers[evaluation.model], keys, query))
                 except ValueError as exc:
                     raise EvaluationRejected(str(exc)) from exc
         return answers
-
-    def warm_up(
-        self, model: str, key_id: str, key_path: Path, ciphertext: bytes, timeout: float | None
-    ) -> tuple[bool, str]:
-        try:
-            self.classify(model, key_id, key_path, [ciphertext], timeout)
-        except KeysUnusable as exc:
-            return False, str(exc)
-        except EvaluationRejected as exc:
-            return False, f"the warm-up query does not fit: {exc}"
-        return True, ""
 
     def forget(self, key_id: str) -> None:
         with self._keys_lock:

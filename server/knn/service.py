@@ -37,10 +37,12 @@ from petlab.server.common.rpc_errors import abort, model_named
 from petlab.server.knn.evaluators import (
     KEY_CACHE_ENTRIES,
     ClusterUnavailable,
+    Evaluation,
     EvaluationRejected,
     EvaluationTimedOut,
     Evaluator,
     KeysUnusable,
+    warm_up,
 )
 from petlab.server.knn.key_store import (
     KeyForAnotherModel,
@@ -118,7 +120,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
                 continue
             path = self._keys.touch(key.key_id, key.model)
-            ready, problem = self._evaluator.warm_up(hosted.model.name, key.key_id, path, ciphertext, 300.0)
+            ready, problem = warm_up(
+                self._evaluator, Evaluation(hosted.model.name, key.key_id, path, [ciphertext], 300.0)
+            )
             if problem:  # a stale or damaged stored key is simply not prepared
                 log.warning("stored key %s not prepared: %s", key.key_id, problem)
             prepared += ready
@@ -227,7 +231,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             self._check_ciphertext(ciphertext, context)
         try:
             return self._evaluator.classify(
-                hosted.model.name, key_id, path, ciphertexts, context.time_remaining(), context.is_active
+                Evaluation(
+                    hosted.model.name, key_id, path, ciphertexts, context.time_remaining(), context.is_active
+                )
             )
         except KeysUnusable as exc:
             self._forget(key_id)
@@ -244,8 +250,9 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         """Prepare freshly registered keys now (``server.knn.key_warmup``); a warm-up query that does
         not fit rejects the registration, since it was made with the same keys."""
         path = self._key_path(key_id, hosted, context, owner)
-        _, problem = self._evaluator.warm_up(
-            hosted.model.name, key_id, path, ciphertext, context.time_remaining()
+        _, problem = warm_up(
+            self._evaluator,
+            Evaluation(hosted.model.name, key_id, path, [ciphertext], context.time_remaining()),
         )
         if problem:
             self._forget(key_id)
