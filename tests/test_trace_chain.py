@@ -222,3 +222,14 @@ def test_keys_roundtrip_through_pem():
     assert public_key_pem(public) == public_key_pem(ANALYST.public_key())
     with pytest.raises(ValueError):
         load_public_key(b"\x00" * 5)
+
+
+def test_a_pem_key_of_an_unknown_algorithm_is_a_value_error():
+    """Found by the RPC fuzzer: one flipped byte in the algorithm identifier of an Ed25519 PEM
+    (1.3.101.112 -> 0.11.101.112) made cryptography raise UnsupportedAlgorithm, which reached
+    gRPC as UNKNOWN; every malformed key must be the ValueError the servicers answer."""
+    pem = public_key_pem(ANALYST.public_key())
+    body = pem.split(b"\n")[1]
+    flipped = pem.replace(body, body[:12] + b"C2" + body[14:])
+    with pytest.raises(ValueError, match="not an Ed25519 public key"):
+        load_public_key(flipped)
