@@ -119,7 +119,7 @@ def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
 
     remote.classify(prepared, rows[0])  # the key id is registered on this server
     query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
-    path = running.keys.touch(prepared.key_id, key_tag(running.hosted["iris"]))
+    path = running.keys.locate(prepared.key_id, key_tag(running.hosted["iris"]))
     with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
         running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=0.0))
     (answer,) = running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=300.0))
