@@ -1,11 +1,15 @@
-"""A bounded load test (issue 15, item 7): many concurrent clients, mixed valid and invalid calls,
-for a few seconds on loopback, while every evaluation slot is held by a running classification
-and every upload slot by an idle upload. Cheap calls must keep answering: it prints their p50/p99
-latency and fails on any unanswered call or a p99 above a generous no-stall bound.
+"""A bounded load test (issue 15, item 7; issue 23): many concurrent clients, mixed valid and
+invalid calls, for a few seconds on loopback, while every evaluation slot is held by a running
+classification, every upload slot by an idle upload, and idle streams from many connections sit
+open: more health ``Watch`` streams and reflection streams than the server has threads, and more
+idle uploads than it has upload slots. Cheap calls (the k-NN service's, health ``Check`` and the
+controller's ``Describe``) must keep answering: it prints their p50/p99 latency and fails on any
+unanswered call or a p99 above a generous no-stall bound.
 
 The evaluations are stand-ins: concrete's evaluation is replaced by a wait on an event (the
 servicer's slots, the evaluator's model lock and the threads are the real ones), so the test needs
-no key generation and each "evaluation" lasts exactly as long as the load does.
+no key generation and each "evaluation" lasts exactly as long as the load does; the stand-in keys
+and queries pass a stand-in of the wire-format check (``crypto.knn.wire_format``).
 """
 
 from __future__ import annotations
@@ -18,18 +22,30 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 import petlab.server.knn.evaluators as evaluators
 import petlab.server.knn.service as knn_service
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.model import KnnSettings
-from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.crypto.knn.wire_format import WireFormat
+from petlab.plaindata import acs_sample_path
+from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.knn.service import key_tag
 
 CLIENTS = 16
 SECONDS = 8.0
 P99_BOUND = 2.0  # seconds; loopback answers take milliseconds, a stall takes the 10 s deadline
+WORKERS = 8
+IDLE_WATCHES = 3 * WORKERS  # health Watch streams, each from its own connection
+IDLE_REFLECTIONS = 2 * WORKERS  # reflection streams that never send a request
+IDLE_UPLOADS = 4  # key uploads that never send a chunk (twice the upload slots)
+
+
+def own_connection(port: int) -> grpc.Channel:
+    """A channel with a connection of its own (grpc shares connections between equal channels)."""
+    return grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
@@ -45,6 +61,8 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         monkeypatch.setattr(module, "parse_evaluation_keys", lambda data: object())
         monkeypatch.setattr(module, "parse_ciphertext", lambda data: object())
     monkeypatch.setattr(evaluators, "run_encrypted", long_evaluation)
+    monkeypatch.setattr(WireFormat, "check_keys", lambda self, data: None)
+    monkeypatch.setattr(WireFormat, "check_input", lambda self, data, position=0: None)
 
     def idle_upload():
         release.wait(SECONDS * 4)
@@ -53,8 +71,9 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
 
     limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
     hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    controller = {"analysis_data": acs_sample_path(), "open_analysis": True, "workers": WORKERS}
     with (
-        serve(tmp_path, hosted, limits=limits) as running,
+        serve(tmp_path, hosted, limits=limits, **controller) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
         data = b"stand-in keys"
@@ -69,8 +88,24 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
             )
             for _ in range(limits.evaluation_slots)
         ]
-        held += [stub.RegisterKeys.future(idle_upload(), timeout=60) for _ in range(limits.upload_slots)]
-        time.sleep(0.5)  # let them take their slots
+        connections = [
+            own_connection(running.port) for _ in range(IDLE_WATCHES + IDLE_REFLECTIONS + IDLE_UPLOADS)
+        ]
+        streams = [
+            health_pb2_grpc.HealthStub(c).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            for c in connections[:IDLE_WATCHES]
+        ]
+        streams += [
+            reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(idle_upload(), timeout=60)
+            for c in connections[IDLE_WATCHES : IDLE_WATCHES + IDLE_REFLECTIONS]
+        ]
+        held += [
+            knn_pb2_grpc.KnnServiceStub(c).RegisterKeys.future(idle_upload(), timeout=60)
+            for c in connections[IDLE_WATCHES + IDLE_REFLECTIONS :]
+        ]
+        time.sleep(1.0)  # let them take their slots
+        assert running.streams is not None and running.streams.open_streams() == running.streams.limits.slots
+        describe = controller_pb2_grpc.AnalysisControllerStub(channel).Describe
 
         cheap = [
             (
@@ -79,6 +114,7 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
                 grpc.StatusCode.OK,
             ),
             ("Health", lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10), grpc.StatusCode.OK),
+            ("Describe", lambda: describe(controller_pb2.DescribeRequest(), timeout=10), grpc.StatusCode.OK),
             (
                 "GetClientSpecs",
                 lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
@@ -127,10 +163,15 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         for thread in threads:
             thread.join(SECONDS + 30)
         evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
+        streams_still_open = running.streams.open_streams()
         release.set()
         for future in held:
             with contextlib.suppress(grpc.RpcError):
                 future.result(timeout=30)
+        for stream in streams:
+            stream.cancel()
+        for connection in connections:
+            connection.close()
 
     quantiles = statistics.quantiles(latencies, n=100)
     p50, p99 = quantiles[49], quantiles[98]
@@ -139,5 +180,6 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
     )
     assert evaluations_still_running, "the stand-in evaluations ended before the load did"
+    assert streams_still_open == running.streams.limits.slots, "the idle streams ended before the load did"
     assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
     assert len(latencies) >= 100 and p99 < P99_BOUND
