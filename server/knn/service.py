@@ -88,6 +88,11 @@ class HostedModel:
         self.specs = client_specs_bytes(self.server)
         self.specs_sha256 = hashlib.sha256(self.specs).hexdigest()
         self.wire = WireFormat.from_specs(self.specs)
+        if not self.wire.keys_checkable:
+            raise ValueError(
+                f"model {self.model.name}: its circuit uses packing key-switching keys, which this server "
+                "cannot check before running them; refusing to host it"
+            )
 
     @property
     def key_size_window(self) -> tuple[int, int]:
