@@ -9,7 +9,6 @@ server listens in plaintext and only on a loopback address, and says so in its l
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ import pandas as pd
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from petlab.addresses import is_loopback_host
 from petlab.crypto.chain.traces import load_public_key
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnSettings, build_model
@@ -237,20 +237,11 @@ def load_analysis_data(path: Path) -> pd.DataFrame:
     return frame
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def check_options(options: ServerOptions, models_given: bool = False) -> None:
     """Refuse a configuration that must not run (``ValueError`` with a sentence for a person)."""
     if not options.models and not models_given and not options.analysis_data:
         raise ValueError("nothing to serve: give at least one --model, or --analysis-data")
-    if options.plaintext and not is_loopback(options.host) and not options.allow_insecure:
+    if options.plaintext and not is_loopback_host(options.host) and not options.allow_insecure:
         raise ValueError(
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
@@ -313,7 +304,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
     identities = caller_identities(options.tokens, bool(not options.plaintext and options.tls_client_ca))
     caps = store_caps(options, hosted)
     quota = owner_quota(identities, caps.owner_bytes, options.owner_max_keys, caps.store_bytes)
-    if options.tokens and options.plaintext and not is_loopback(options.host):
+    if options.tokens and options.plaintext and not is_loopback_host(options.host):
         log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
     if identities.enforced:
         log.info(
