@@ -14,6 +14,8 @@ it. :class:`WireFormat` reads the message with pycapnp (a reader built for hosti
 traversal and nesting limits; our schema of the fields read is ``concrete_wire.capnp``) and accepts
 it only when
 
+* the bytes are exactly one message (its segment table accounts for every byte: concrete reads a
+  key set with trailing bytes, so padding would let another circuit's keys match the expected size);
 * it holds, for each kind, exactly the keys the specs list, in order, each description equal to
   the specs' entry;
 * each payload has the size those parameters give (:func:`payload_bytes`) and concrete's own
@@ -56,6 +58,7 @@ KIND_NAMES = {
     "packingKeyswitchKeys": "packing key-switching key",
 }
 NESTING_LIMIT = 16
+MAX_SEGMENTS = 512  # Cap'n Proto's own readers refuse more
 
 
 class ForeignBytes(ValueError):
@@ -127,6 +130,7 @@ class WireFormat:
         """``ForeignBytes`` unless ``data`` is a key set for exactly this circuit (module docstring)."""
         if not self.keys_checkable:
             raise ForeignBytes("this circuit's packing key-switching keys cannot be checked; refusing keys")
+        _check_framing(data, "key set")
         try:
             with SCHEMA.ServerKeyset.from_bytes(
                 bytes(data), traversal_limit_in_words=_words(data), nesting_limit=NESTING_LIMIT
@@ -169,6 +173,7 @@ class WireFormat:
 
 
 def _check_value(gate: dict[str, Any], data: bytes, what: str) -> None:
+    _check_framing(data, what)
     try:
         with SCHEMA.Value.from_bytes(
             bytes(data), traversal_limit_in_words=_words(data), nesting_limit=NESTING_LIMIT
@@ -186,6 +191,20 @@ def _check_value(gate: dict[str, Any], data: bytes, what: str) -> None:
             f"the {what} has {sum(blobs)} payload bytes in {len(blobs)} blob(s); its shape gives {size} "
             f"bytes in {len(blob_cut(size))}"
         )
+
+
+def _check_framing(data: bytes, what: str) -> None:
+    """``ForeignBytes`` unless ``data`` is exactly one unpacked Cap'n Proto message: a segment
+    count, the segments' sizes (padded to a word), and the segments, with no byte after them."""
+    size = len(data)
+    count = int.from_bytes(data[:4], "little") + 1 if size >= 4 else 0
+    if not 1 <= count <= MAX_SEGMENTS:
+        raise ForeignBytes(f"the {what} is not a Cap'n Proto message (its segment table is malformed)")
+    header = (4 + 4 * count + WORD_BYTES - 1) // WORD_BYTES * WORD_BYTES
+    sizes = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "little") for i in range(count)]
+    framed = header + WORD_BYTES * sum(sizes)
+    if size < header or framed != size:
+        raise ForeignBytes(f"the {what} is {size} bytes but its message framing accounts for {framed}")
 
 
 def _blobs(payload: Any) -> list[int]:
