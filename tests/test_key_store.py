@@ -15,6 +15,7 @@ from petlab.server.knn.key_store import (
     OwnerUsage,
     UploadMismatch,
 )
+from petlab.server.knn.key_warmup import WarmupStore
 
 
 class Clock:
@@ -275,3 +276,36 @@ def test_an_existing_directory_others_can_write_is_refused(tmp_path, mode):
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     with pytest.raises(UnsafeDirectory, match="not a directory"):
         KeyStore(link, max_bytes=100, idle_seconds=10)
+
+
+def test_warmup_files_never_follow_a_planted_link(tmp_path):
+    """Attack by another local user (or anything that can write there): a link planted under the
+    staging name the warm-up store used to write (``<key_id>.tmp``, opened with O_TRUNC) made the
+    server overwrite the link's target. Staging files now have fresh random names (mkstemp:
+    O_CREAT | O_EXCL | O_NOFOLLOW) and a link at the final name is replaced, not written through
+    nor read."""
+    store = WarmupStore(tmp_path / "warmup")
+    precious = tmp_path / "precious"
+    precious.write_bytes(b"precious")
+    key_id = "ab" * 16
+    (store.directory / f"{key_id}.tmp").symlink_to(precious)
+    store.put(key_id, b"ciphertext")
+    assert precious.read_bytes() == b"precious"
+    assert store.get(key_id) == b"ciphertext"
+    assert (store.directory / f"{key_id}.ct").stat().st_mode & 0o777 == 0o600
+    target = store.directory / f"{key_id}.ct"
+    target.unlink()
+    target.symlink_to(precious)
+    assert store.get(key_id) is None  # a link is not read through
+    store.put(key_id, b"second")
+    assert precious.read_bytes() == b"precious" and store.get(key_id) == b"second"
+    store.keep_only(set())
+    assert sorted(p.name for p in store.directory.iterdir()) == [f"{key_id}.tmp"]  # the planted link
+
+
+def test_an_existing_warmup_directory_others_can_write_is_refused(tmp_path):
+    directory = tmp_path / "warmup"
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    with pytest.raises(UnsafeDirectory, match="writable by other users"):
+        WarmupStore(directory)

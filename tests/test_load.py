@@ -173,13 +173,14 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         for connection in connections:
             connection.close()
 
+    assert evaluations_still_running, "the stand-in evaluations ended before the load did"
+    assert streams_still_open == running.streams.limits.slots, "the idle streams ended before the load did"
+    assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
+    assert len(latencies) >= 100, f"only {len(latencies)} cheap calls answered in {SECONDS:g} s: a stall"
     quantiles = statistics.quantiles(latencies, n=100)
     p50, p99 = quantiles[49], quantiles[98]
     print(
         f"\nload: {len(latencies)} cheap calls from {CLIENTS} clients in {SECONDS:g} s: "
         f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
     )
-    assert evaluations_still_running, "the stand-in evaluations ended before the load did"
-    assert streams_still_open == running.streams.limits.slots, "the idle streams ended before the load did"
-    assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
-    assert len(latencies) >= 100 and p99 < P99_BOUND
+    assert p99 < P99_BOUND
