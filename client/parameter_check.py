@@ -49,7 +49,7 @@ KEY_KINDS = {
     "packingKeyswitchKeys": "packing key-switching key",
 }
 DOCUMENT_FIELDS = {"keyset", "circuits", "tfhers_specs"}
-NATIVE_MODULUS = {"modulus": {"native": {}}}
+NATIVE_MODULUS: dict[str, dict[str, dict]] = {"modulus": {"native": {}}}
 
 
 class WeakParameters(ValueError):
