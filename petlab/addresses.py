@@ -14,14 +14,17 @@ LOCAL_SCHEMES = ("unix:", "unix-abstract:")
 
 
 def is_loopback_host(host: str) -> bool:
-    """``localhost`` or a loopback IP literal (brackets allowed around IPv6)."""
+    """``localhost`` or a loopback IP literal (brackets allowed around IPv6; an IPv4-mapped IPv6
+    address counts as its IPv4 address)."""
     host = host.strip()
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def host_of(target: str) -> str:

@@ -277,6 +277,19 @@ def test_undecodable_request_is_invalid_argument(channel):
     assert_serving(channel)
 
 
+def test_a_public_key_of_an_unknown_algorithm_is_invalid_argument(channel):
+    """Found by the fuzzing (issue 23): a PEM whose algorithm identifier cryptography does not know
+    (one bit flipped in an Ed25519 key) raised UnsupportedAlgorithm, not ValueError: UNKNOWN."""
+    pem = (
+        b"-----BEGIN PUBLIC KEY-----\nMCowBQYDk2VwAyEA/u2LDHM+qngFcHRFISGBPjpqDrnVv1bxXXzxnFJR6pI=\n"
+        b"-----END PUBLIC KEY-----\n"
+    )
+    request = controller_pb2.OpenSessionRequest(first_trace=b"\x01" * 64, analyst_public_key=pem)
+    path = "/petlab.controller.v1.AnalysisController/OpenSession"
+    assert call_raw(channel, path, [request.SerializeToString()]) == grpc.StatusCode.INVALID_ARGUMENT
+    assert_serving(channel)
+
+
 @pytest.fixture(scope="module")
 def token_server(serve, hosted_model, tmp_path_factory):
     directory = tmp_path_factory.mktemp("fuzz-tokens")

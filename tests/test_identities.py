@@ -214,7 +214,12 @@ def test_paillier_baseline_also_needs_a_token(serve, hosted, tmp_path):
 
 
 LOOPBACK = ["127.0.0.1:50051", "127.8.9.10:1", "localhost:50051", "[::1]:50051", "dns:///localhost:50051"]
-LOOPBACK += ["ipv4:127.0.0.1:1,127.0.0.2:2", "unix:/tmp/petlab.sock", "unix-abstract:petlab"]
+LOOPBACK += [
+    "ipv4:127.0.0.1:1,127.0.0.2:2",
+    "unix:/tmp/petlab.sock",
+    "unix-abstract:petlab",
+    "[::ffff:127.0.0.1]:1",
+]
 NOT_LOOPBACK = ["192.0.2.7:50051", "example.org:50051", "dns:///example.org:443", "[2001:db8::1]:50051"]
 NOT_LOOPBACK += ["ipv4:127.0.0.1:1,192.0.2.7:2", "10.0.0.1:50051", "vsock:3:50051", "localhost.example.org:1"]
 

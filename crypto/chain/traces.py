@@ -26,7 +26,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -213,7 +213,7 @@ def load_public_key(data: bytes) -> Ed25519PublicKey:
             if data.lstrip().startswith(b"-----")
             else Ed25519PublicKey.from_public_bytes(data)
         )
-    except ValueError as exc:
+    except (ValueError, UnsupportedAlgorithm) as exc:  # a PEM of an algorithm cryptography lacks
         raise ValueError(f"not an Ed25519 public key: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise ValueError("not an Ed25519 public key")
