@@ -6,9 +6,10 @@ uploaded for ``iris`` with a valid warm-up query encrypted under iris's own clie
 kill the process (SIGSEGV) and the controller with it. Here real keys of another n (Iris, n = 10)
 and of another data set (Wine) are uploaded, as they are and padded to the model's expected size;
 queries whose payload is cut into blobs other than concrete's own (which kill concrete as well) are
-sent; and another circuit's keys are planted in the key store before a restart. Each is answered
-INVALID_ARGUMENT (or forgotten at start), and the server, its controller and a genuine
-classification keep working. With the checks switched off the server process dies.
+sent; and another circuit's keys are planted in the key store before the server starts (it
+prepares stored keys before its port opens). Each is answered INVALID_ARGUMENT (or forgotten at
+start), and the server, its controller and a genuine classification keep working. With the checks
+switched off the server process dies.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
+from petlab.server.app import ServerOptions, load_models
 from petlab.server.knn.datasets import load_bundled
 from petlab.server.knn.key_store import KeyStore
 from petlab.server.knn.key_warmup import WarmupStore
+from petlab.server.knn.service import key_tag
 
 pytestmark = pytest.mark.slow
 
@@ -81,23 +84,39 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    running = Server(tmp_path_factory.mktemp("foreign-keys") / "data")
+def planted(tmp_path_factory, keyed_model) -> tuple[Path, str, KnnClient, str]:
+    """A data directory as the server will find it: iris (n = 6) compiled into its model cache
+    (the server loads it from there, so its client specs are these), a genuine client of it, and
+    another circuit's keys (Iris, n = 10) stored under iris's tag with a warm-up query, as a store
+    written before the checks (or altered on disk) would hold them."""
+    data_dir = tmp_path_factory.mktemp("foreign-keys") / "data"
+    hosted = load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=KnnSettings(n=6, k=3)))
+    own = KnnClient(hosted["iris"].specs)
+    own.generate_keys()
+    _, foreign = keyed_model(*FOREIGN["another n (Iris, n = 10)"])
+    keys = foreign.evaluation_keys_bytes()
+    store = KeyStore(data_dir / "keys", 1 << 30, 3600.0)
+    key_id = store.put(
+        key_tag(hosted["iris"]), "planted", len(keys), hashlib.sha256(keys).hexdigest(), [keys]
+    ).key_id
+    store.close()
+    WarmupStore(data_dir / "warmup").put(key_id, own.encrypt(np.zeros(4, dtype=np.int64)))
+    return data_dir, key_id, own, hosted["iris"].specs_sha256
+
+
+@pytest.fixture(scope="module")
+def server(planted):
+    running = Server(planted[0])
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
-def specs(server) -> knn_pb2.GetClientSpecsResponse:
-    return server.knn.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=30)
-
-
-@pytest.fixture(scope="module")
-def own(specs) -> KnnClient:
-    """A genuine client of the served model (its keys made from the server's specs)."""
-    client = KnnClient(specs.client_specs)
-    client.generate_keys()
-    return client
+def own(planted, server) -> KnnClient:
+    """A genuine client of the served model (the server serves the specs its keys were made from)."""
+    served = server.knn.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=30)
+    assert served.specs_sha256 == planted[3]  # the server loaded the circuit compiled above
+    return planted[2]
 
 
 def chunks(data: bytes, warmup: bytes, model: str = "iris"):
@@ -166,27 +185,15 @@ def test_queries_in_another_layout_are_refused_and_genuine_ones_answered(server,
     assert own.decrypt_class(answer) == int(classify_clear(model.plan, levels)[0])
 
 
-def test_foreign_keys_planted_in_the_store_are_dropped_at_restart(server, own, specs, keyed_model):
-    """Another circuit's keys in the store under iris's tag (a store written before these checks,
-    or altered on disk), with a warm-up query: the restarted server prepares stored keys before its
-    port opens, and used to run them. It forgets them, starts, and answers their id as unknown."""
-    server.stop()
-    _, foreign = keyed_model(*FOREIGN["another n (Iris, n = 10)"])
-    keys = foreign.evaluation_keys_bytes()
-    store = KeyStore(server.data_dir / "keys", 1 << 30, 3600.0)
-    tag = f"iris@{specs.specs_sha256[:16]}"
-    planted = store.put(tag, "planted", len(keys), hashlib.sha256(keys).hexdigest(), [keys]).key_id
-    store.mark_used(planted)  # the most recently used: the first prepared at start
-    store.close()
-    WarmupStore(server.data_dir / "warmup").put(planted, own.encrypt(np.zeros(4, dtype=np.int64)))
-    restarted = Server(server.data_dir)
-    server.__dict__.update(restarted.__dict__)  # the module's fixture now stands for the new process
-    restarted.assert_serving()
-    assert f"stored key {planted} not prepared (forgotten)" in restarted.log.read_text()
-    request = knn_pb2.ClassifyRequest(
-        model="iris", key_id=planted, encrypted_query=own.encrypt(np.zeros(4, dtype=np.int64))
-    )
+def test_foreign_keys_planted_in_the_store_are_dropped_at_start(server, planted, own):
+    """The server prepares the most recently used stored keys before its port opens, and used to
+    run the planted ones (and die). It forgets them, starts, and answers their id as unknown."""
+    key_id = planted[1]
+    assert f"stored key {key_id} not prepared (forgotten)" in server.log.read_text()
+    query = own.encrypt(np.zeros(4, dtype=np.int64))
     with pytest.raises(grpc.RpcError) as failure:
-        restarted.knn.Classify(request, timeout=60)
+        server.knn.Classify(
+            knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=query), timeout=60
+        )
     assert failure.value.code() == grpc.StatusCode.NOT_FOUND
-    restarted.assert_serving()
+    server.assert_serving()

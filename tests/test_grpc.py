@@ -147,7 +147,7 @@ def expect_status(code: grpc.StatusCode, call, *args, **kwargs) -> str:
 
 
 @pytest.mark.slow
-def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running):
+def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running, keyed_model):
     stub = knn_pb2_grpc.KnnServiceStub(channel)
     key = iris_prepared.key_id
     good_query = iris_prepared.client.encrypt(np.zeros(4, dtype=np.int64))
@@ -186,8 +186,8 @@ def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running
         stub.Classify,
         knn_pb2.ClassifyRequest(model="wine", key_id=key, encrypted_query=good_query),
     )
-    wine = remote.prepare("wine")
-    wine_query = wine.client.encrypt(np.zeros(13, dtype=np.int64))
+    _, wine = keyed_model("wine", SETTINGS)  # a Wine client's query (its keys need no upload)
+    wine_query = wine.encrypt(np.zeros(13, dtype=np.int64))
     expect_status(
         grpc.StatusCode.INVALID_ARGUMENT,
         stub.Classify,
