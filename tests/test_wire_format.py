@@ -173,3 +173,14 @@ def test_queries_of_another_type_or_cut_are_refused(iris, edit):
     query = client.encrypt(np.zeros(hosted.model.d, dtype=np.int64))
     with pytest.raises(ForeignBytes):
         hosted.wire.check_input(_edited_value(query, edit))
+
+
+def test_a_refusal_quotes_little_of_what_the_sender_chose(iris):
+    """The refusal goes back in the call's status: a query with 5,000 dimensions is named, not
+    echoed."""
+    hosted, client = iris
+    query = client.encrypt(np.zeros(hosted.model.d, dtype=np.int64))
+    huge = _edited_value(query, lambda v: v.rawInfo.shape.init("dimensions", 5000))
+    with pytest.raises(ForeignBytes) as refusal:
+        hosted.wire.check_input(huge)
+    assert len(str(refusal.value)) < 300

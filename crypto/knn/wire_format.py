@@ -221,9 +221,14 @@ def _first_line(exc: Exception) -> str:
 
 
 def _difference(found: Any, expected: Any, path: str = "") -> str:
-    """The first field where ``found`` and ``expected`` differ, as ``path: found != expected``."""
+    """The first field where ``found`` and ``expected`` differ, as ``path is found, expected ...``
+    (each value cut to 80 characters: the sender chooses what it found)."""
     if isinstance(found, dict) and isinstance(expected, dict):
         for name in sorted(set(found) | set(expected)):
             if found.get(name) != expected.get(name):
                 return _difference(found.get(name), expected.get(name), f"{path}.{name}" if path else name)
-    return f"{path or 'value'} is {found!r}, expected {expected!r}"
+    return f"{path or 'value'} is {_cut(repr(found))}, expected {_cut(repr(expected))}"
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
