@@ -91,87 +91,104 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         connections = [
             own_connection(running.port) for _ in range(IDLE_WATCHES + IDLE_REFLECTIONS + IDLE_UPLOADS)
         ]
-        streams = [
-            health_pb2_grpc.HealthStub(c).Watch(health_pb2.HealthCheckRequest(), timeout=60)
-            for c in connections[:IDLE_WATCHES]
-        ]
-        streams += [
-            reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(idle_upload(), timeout=60)
-            for c in connections[IDLE_WATCHES : IDLE_WATCHES + IDLE_REFLECTIONS]
-        ]
-        held += [
-            knn_pb2_grpc.KnnServiceStub(c).RegisterKeys.future(idle_upload(), timeout=60)
-            for c in connections[IDLE_WATCHES + IDLE_REFLECTIONS :]
-        ]
-        time.sleep(1.0)  # let them take their slots
-        assert running.streams is not None and running.streams.open_streams() == running.streams.limits.slots
-        describe = controller_pb2_grpc.AnalysisControllerStub(channel).Describe
+        streams: list = []
+        try:
+            streams += [
+                health_pb2_grpc.HealthStub(c).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+                for c in connections[:IDLE_WATCHES]
+            ]
+            streams += [
+                reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(idle_upload(), timeout=60)
+                for c in connections[IDLE_WATCHES : IDLE_WATCHES + IDLE_REFLECTIONS]
+            ]
+            held += [
+                knn_pb2_grpc.KnnServiceStub(c).RegisterKeys.future(idle_upload(), timeout=60)
+                for c in connections[IDLE_WATCHES + IDLE_REFLECTIONS :]
+            ]
+            guard = running.streams
+            assert guard is not None
+            settled = time.monotonic() + 20  # let them take their slots (slow on a loaded machine)
+            while guard.open_streams() < guard.limits.slots and time.monotonic() < settled:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            assert guard.open_streams() == guard.limits.slots, "the idle streams did not all open"
+            describe = controller_pb2_grpc.AnalysisControllerStub(channel).Describe
 
-        cheap = [
-            (
-                "ListModels",
-                lambda: stub.ListModels(knn_pb2.ListModelsRequest(), timeout=10),
-                grpc.StatusCode.OK,
-            ),
-            ("Health", lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10), grpc.StatusCode.OK),
-            ("Describe", lambda: describe(controller_pb2.DescribeRequest(), timeout=10), grpc.StatusCode.OK),
-            (
-                "GetClientSpecs",
-                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
-                grpc.StatusCode.OK,
-            ),
-        ]
-        invalid = [
-            (
-                "unknown model",
-                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="nope"), timeout=10),
-                grpc.StatusCode.NOT_FOUND,
-            ),
-            (
-                "Classify while busy",
-                lambda: stub.Classify(knn_pb2.ClassifyRequest(model="iris", key_id="bad"), timeout=10),
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-            ),
-        ]
-        latencies: list[float] = []
-        wrong: list[str] = []
-        lock = threading.Lock()
-        stop_at = time.monotonic() + SECONDS
+            cheap = [
+                (
+                    "ListModels",
+                    lambda: stub.ListModels(knn_pb2.ListModelsRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "Health",
+                    lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "Describe",
+                    lambda: describe(controller_pb2.DescribeRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "GetClientSpecs",
+                    lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+            ]
+            invalid = [
+                (
+                    "unknown model",
+                    lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="nope"), timeout=10),
+                    grpc.StatusCode.NOT_FOUND,
+                ),
+                (
+                    "Classify while busy",
+                    lambda: stub.Classify(knn_pb2.ClassifyRequest(model="iris", key_id="bad"), timeout=10),
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                ),
+            ]
+            latencies: list[float] = []
+            wrong: list[str] = []
+            lock = threading.Lock()
+            stop_at = time.monotonic() + SECONDS
 
-        def client(number: int) -> None:
-            calls = cheap + invalid
-            i = number
-            while time.monotonic() < stop_at:
-                name, call, expected = calls[i % len(calls)]
-                i += 1
-                started = time.perf_counter()
-                try:
-                    call()
-                    status = grpc.StatusCode.OK
-                except grpc.RpcError as exc:
-                    status = exc.code()
-                elapsed = time.perf_counter() - started
-                with lock:
-                    if status != expected:
-                        wrong.append(f"{name}: {status.name}")
-                    elif expected == grpc.StatusCode.OK:
-                        latencies.append(elapsed)
+            def client(number: int) -> None:
+                calls = cheap + invalid
+                i = number
+                while time.monotonic() < stop_at:
+                    name, call, expected = calls[i % len(calls)]
+                    i += 1
+                    started = time.perf_counter()
+                    try:
+                        call()
+                        status = grpc.StatusCode.OK
+                    except grpc.RpcError as exc:
+                        status = exc.code()
+                    elapsed = time.perf_counter() - started
+                    with lock:
+                        if status != expected:
+                            wrong.append(f"{name}: {status.name}")
+                        elif expected == grpc.StatusCode.OK:
+                            latencies.append(elapsed)
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(SECONDS + 30)
-        evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
-        streams_still_open = running.streams.open_streams()
-        release.set()
-        for future in held:
-            with contextlib.suppress(grpc.RpcError):
-                future.result(timeout=30)
-        for stream in streams:
-            stream.cancel()
-        for connection in connections:
-            connection.close()
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(SECONDS + 30)
+            evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
+            streams_still_open = running.streams.open_streams()
+            release.set()
+            for future in held:
+                with contextlib.suppress(grpc.RpcError):
+                    future.result(timeout=30)
+        finally:  # whatever happened, nothing is left waiting
+            release.set()
+            for stream in streams:
+                stream.cancel()
+            for connection in connections:
+                connection.close()
 
     assert evaluations_still_running, "the stand-in evaluations ended before the load did"
     assert streams_still_open == running.streams.limits.slots, "the idle streams ended before the load did"
