@@ -99,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         help="bearer token for a server that identifies callers (default $PETLAB_TOKEN, which "
         "other local users cannot read from the process list)",
     )
+    common.add_argument(
+        "--insecure-token",
+        action="store_true",
+        help="send the bearer token even over a plaintext channel to a non-loopback server: anyone "
+        "on the path can read it and act as you (without this, a token goes only over TLS or to "
+        "a loopback address)",
+    )
     commands.add_parser("models", parents=[common], help="list the server's models")
     for name, text in (
         ("classify", "encrypted k-NN (HE-kNN-V)"),
@@ -123,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     from petlab.client.parameter_check import WeakParameters
 
     try:
-        channel = make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token)
-    except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed token
+        channel = make_channel(
+            args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token, args.insecure_token
+        )
+    except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed or exposed token
         print(f"petlab-client: {exc}", file=sys.stderr)
         return 2
     try:

@@ -5,6 +5,10 @@ Both ``petlab-server serve`` and ``petlab-synth onthemap`` take ``--cluster ADDR
 here and stopped with the client). Without either, nothing here runs and Dask is never imported:
 ``distributed`` is imported only inside :meth:`DaskCluster.start`, and it is an optional
 dependency (``pip install 'petlab[cluster]'``).
+
+The embedded ``LocalCluster`` listens on the loopback interface only: its scheduler, workers and
+dashboard (which shows task names, worker logs and memory, when bokeh is installed) are reachable
+from this machine only.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import argparse
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+LOCAL_HOST = "127.0.0.1"  # where an embedded LocalCluster listens, dashboard included
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -100,8 +106,8 @@ class DaskCluster:
             n_workers=spec.local_workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=":0",
-            host="127.0.0.1",
+            dashboard_address=f"{LOCAL_HOST}:0",  # ":0" would be every interface
+            host=LOCAL_HOST,
             env=worker_environment(spec.local_workers),
         )
         return cls(Client(local, set_as_default=False), local)

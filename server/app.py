@@ -9,7 +9,6 @@ server listens in plaintext and only on a loopback address, and says so in its l
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +20,12 @@ import pandas as pd
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from petlab.addresses import is_loopback_host
 from petlab.crypto.chain.traces import load_public_key
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.dask_cluster import ClusterSpec
+from petlab.owner_only import private_directory
 from petlab.protos import (
     controller_pb2,
     controller_pb2_grpc,
@@ -37,6 +38,7 @@ from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.caller_flags import caller_identities, owner_quota
 from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.streams import StreamGuard, StreamLimits
 from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
 from petlab.server.common.undecodable import UndecodableRequests
 from petlab.server.controller.configuration import (
@@ -50,7 +52,7 @@ from petlab.server.controller.session_store import SessionStore
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
 from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled, load_csv
 from petlab.server.knn.evaluators import Evaluator, LocalEvaluator
-from petlab.server.knn.key_store import KeyStore
+from petlab.server.knn.key_store import KeyStore, StoreCaps
 from petlab.server.knn.key_warmup import WarmupStore
 from petlab.server.knn.model_cache import load_or_compile
 from petlab.server.knn.service import HostedModel, KnnServicer
@@ -72,7 +74,8 @@ class ServerOptions:
     settings: KnnSettings = field(default_factory=KnnSettings)
     label_column: str = "label"
     key_idle_seconds: float = 24 * 3600
-    key_cap_bytes: int = 4 << 30
+    key_cap_bytes: int | None = None  # None: key_owners x owner_max_keys x the largest key set
+    key_owners: int = 16  # owners the default caps make room for
     workers: int = 8
     max_concurrent_rpcs: int = 32
     tls_cert: Path | None = None
@@ -93,10 +96,11 @@ class ServerOptions:
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
     cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
     tokens: Path | None = None  # bearer tokens file: identifies callers (server.common.callers)
-    owner_cap_bytes: int = 1 << 30  # per identified owner (tokens or client certificates)
+    owner_cap_bytes: int | None = None  # per identified owner; None: owner_max_keys key sets
     owner_max_keys: int = 4
     controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
     call_seconds: float = 900.0  # server-side time limit of every call (server.common.thread_share)
+    streams: StreamLimits = field(default_factory=StreamLimits)  # server.common.streams
 
     @property
     def plaintext(self) -> bool:
@@ -147,6 +151,7 @@ class RunningServer:
     health: health.HealthServicer
     services: Services
     _expiry_stop: threading.Event
+    streams: StreamGuard | None = None
 
     @property
     def keys(self) -> KeyStore:
@@ -179,6 +184,8 @@ class RunningServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self._expiry_stop.set()
+        if self.streams is not None:
+            self.streams.close()
         self.services.close()
 
 
@@ -230,20 +237,11 @@ def load_analysis_data(path: Path) -> pd.DataFrame:
     return frame
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def check_options(options: ServerOptions, models_given: bool = False) -> None:
     """Refuse a configuration that must not run (``ValueError`` with a sentence for a person)."""
     if not options.models and not models_given and not options.analysis_data:
         raise ValueError("nothing to serve: give at least one --model, or --analysis-data")
-    if options.plaintext and not is_loopback(options.host) and not options.allow_insecure:
+    if options.plaintext and not is_loopback_host(options.host) and not options.allow_insecure:
         raise ValueError(
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
@@ -251,6 +249,12 @@ def check_options(options: ServerOptions, models_given: bool = False) -> None:
     if not 1 <= options.reserved_threads < options.workers:
         raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
     options.limits.check(options.workers - options.reserved_threads)
+    if options.streams.slots + options.workers >= options.max_concurrent_rpcs:
+        raise ValueError(
+            f"--max-concurrent-rpcs ({options.max_concurrent_rpcs}) must exceed --stream-slots "
+            f"({options.streams.slots}) plus --workers ({options.workers}), or open streams could "
+            "leave no room for other calls"
+        )
     if options.analysis_data:
         check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
 
@@ -265,15 +269,42 @@ def build_evaluator(options: ServerOptions, hosted: dict[str, HostedModel]) -> E
     return LocalEvaluator(servers)
 
 
+def store_caps(options: ServerOptions, hosted: dict[str, HostedModel]) -> StoreCaps:
+    """The key store's caps: those given, else room for ``key_owners`` owners with
+    ``owner_max_keys`` key sets each of the largest hosted model's size (``StoreCaps``)."""
+    largest = max((h.key_size_window[1] for h in hosted.values()), default=1 << 20)
+    default = StoreCaps.for_owners(largest, options.key_owners, options.owner_max_keys)
+    caps = StoreCaps(
+        options.key_cap_bytes if options.key_cap_bytes is not None else default.store_bytes,
+        options.owner_cap_bytes if options.owner_cap_bytes is not None else default.owner_bytes,
+    )
+    if hosted:
+        log.info(
+            "key store: %.0f MiB in all, %.0f MiB per identified owner (a key set is up to %.1f MiB; "
+            "defaults: %d owners x %d key sets)",
+            caps.store_bytes / (1 << 20),
+            caps.owner_bytes / (1 << 20),
+            largest / (1 << 20),
+            options.key_owners,
+            options.owner_max_keys,
+        )
+    if hosted and min(caps.store_bytes, caps.owner_bytes) < largest:
+        log.warning(
+            "the key caps leave no room for one key set of the largest model: uploads will be refused"
+        )
+    return caps
+
+
 def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> Services:
     """Every servicer and store of the server (models compiled or loaded from the cache unless
     given); no socket is opened."""
     check_options(options, models_given=bool(hosted))
-    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_directory(options.data_dir, "to keep the server's data there")
     hosted = hosted if hosted is not None else load_models(options)
     identities = caller_identities(options.tokens, bool(not options.plaintext and options.tls_client_ca))
-    quota = owner_quota(identities, options.owner_cap_bytes, options.owner_max_keys, options.key_cap_bytes)
-    if options.tokens and options.plaintext and not is_loopback(options.host):
+    caps = store_caps(options, hosted)
+    quota = owner_quota(identities, caps.owner_bytes, options.owner_max_keys, caps.store_bytes)
+    if options.tokens and options.plaintext and not is_loopback_host(options.host):
         log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
     if identities.enforced:
         log.info(
@@ -282,7 +313,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
             quota.max_bytes if quota else 0,
             quota.max_keys if quota else 0,
         )
-    keys = KeyStore(options.data_dir / "keys", options.key_cap_bytes, options.key_idle_seconds, quota=quota)
+    keys = KeyStore(options.data_dir / "keys", caps.store_bytes, options.key_idle_seconds, quota=quota)
     evaluator = build_evaluator(options, hosted)
     knn = KnnServicer(
         hosted, keys, evaluator, WarmupStore(options.data_dir / "warmup"), options.limits, identities
@@ -319,12 +350,14 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
 
 def serve(options: ServerOptions, services: Services) -> RunningServer:
     """Put ``services`` on one gRPC server (interceptors, health, reflection), bind, start."""
+    streams = StreamGuard(options.streams)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
         interceptors=[
             UndecodableRequests(),
+            streams,
             CallTimeLimit(options.call_seconds),
             ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - options.reserved_threads),
         ],
@@ -364,7 +397,7 @@ def serve(options: ServerOptions, services: Services) -> RunningServer:
                 services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, services, stop_expiry)
+    return RunningServer(server, port, health_servicer, services, stop_expiry, streams)
 
 
 def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:

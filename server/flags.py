@@ -11,6 +11,7 @@ from typing import Any
 from petlab.server.app import ServerOptions
 from petlab.server.common.caller_flags import add_identity_arguments, caller_options
 from petlab.server.common.environment import add_env_option, add_env_switch
+from petlab.server.common.streams import StreamLimits
 from petlab.server.controller.flags import add_analysis_arguments, analysis_options
 from petlab.server.knn.flags import add_knn_arguments, knn_options
 
@@ -51,6 +52,21 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "the slowest key upload you accept)",
     )
     add_env_option(
+        serve,
+        "--stream-slots",
+        int,
+        8,
+        "response streams (health Watch, reflection) open at once; more are refused at once",
+    )
+    add_env_option(serve, "--stream-seconds", float, 600.0, "a response stream open this long is cancelled")
+    add_env_option(
+        serve,
+        "--stream-idle-seconds",
+        float,
+        60.0,
+        "a stream that reads requests (reflection) and gets none this long is cancelled",
+    )
+    add_env_option(
         serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", "GRACE_SECONDS"
     )
     add_knn_arguments(serve)
@@ -74,5 +90,6 @@ def serve_options(args: argparse.Namespace) -> ServerOptions:
         "allow_insecure": args.allow_insecure,
         "controller_threads": args.controller_threads,
         "call_seconds": args.call_seconds,
+        "streams": StreamLimits(args.stream_slots, args.stream_idle_seconds, args.stream_seconds),
     }
     return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
@@ -88,6 +89,31 @@ def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
             )
             compiled = load_or_compile(model, CircuitConfig(), cache)
             made[name, settings] = HostedModel(model, compiled.server, dataset=name)
+        return made[name, settings]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]]:
+    """``keyed_model("iris", KnnSettings(n=10, k=3))``: a bundled data set's model compiled with the
+    configuration ``petlab-server`` uses for its algorithm (``default_config``), and a client of it
+    holding generated keys (fixed seeds); made at most once per session. For tests that need real
+    keys and ciphertexts of a circuit other than a server's."""
+    cache = tmp_path_factory.mktemp("keyed-models")
+    made: dict[tuple[str, KnnSettings], tuple[HostedModel, KnnClient]] = {}
+
+    def make(name: str, settings: KnnSettings) -> tuple[HostedModel, KnnClient]:
+        if (name, settings) not in made:
+            train, _ = load_bundled(name).split()
+            model = build_model(
+                name, train.features, train.labels, settings, train.class_names, train.feature_names
+            )
+            compiled = load_or_compile(model, default_config(model.algorithm), cache)
+            hosted = HostedModel(model, compiled.server, dataset=name)
+            client = KnnClient(hosted.specs)
+            client.generate_keys(secret_seed=23, encryption_seed=23)
+            made[name, settings] = hosted, client
         return made[name, settings]
 
     return make

@@ -15,10 +15,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from petlab.addresses import is_loopback_host
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings
-from petlab.dask_cluster import ClusterSpec
+from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.server.knn.cluster_evaluation import worker_cache_info
 from petlab.server.knn.datasets import load_bundled
 from petlab.server.knn.service import key_tag
@@ -119,7 +120,7 @@ def test_the_deadline_holds_on_the_cluster(running, remote, prepared, rows):
 
     remote.classify(prepared, rows[0])  # the key id is registered on this server
     query = prepared.client.encrypt(prepared.quantizer.transform(rows[:1].astype(float))[0])
-    path = running.keys.touch(prepared.key_id, key_tag(running.hosted["iris"]))
+    path = running.keys.locate(prepared.key_id, key_tag(running.hosted["iris"]))
     with pytest.raises(EvaluationTimedOut):  # no time left: cancelled, never waited for
         running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=0.0))
     (answer,) = running.cluster.classify(Evaluation("iris", prepared.key_id, path, [query], timeout=300.0))
@@ -175,3 +176,40 @@ def test_rendezvous_order_moves_only_a_gone_workers_keys():
         assert sorted(order) == sorted(workers) and order[0] == homes[key]
         after = rendezvous_order(key, [w for w in workers if w != gone])
         assert after == [w for w in order if w != gone]  # the rest keep their places
+
+
+def test_the_embedded_cluster_listens_on_loopback_only(local_cluster):
+    """Every socket the LocalCluster's processes (and this one) listen on is a loopback one: its
+    scheduler, workers, nannies and, where bokeh is installed, its dashboard."""
+    import psutil
+
+    me = psutil.Process()
+    listening = [
+        (process.pid, conn.laddr.ip, conn.laddr.port)
+        for process in [me, *me.children(recursive=True)]
+        for conn in process.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    ]
+    assert listening
+    assert all(is_loopback_host(ip) for _, ip, _ in listening), listening
+
+
+def test_the_dashboard_is_asked_for_on_loopback(monkeypatch):
+    """The dashboard's address as given to Dask (bokeh is not installed here, so no dashboard
+    listens in the test above): ``":0"`` would bind every interface."""
+    import distributed
+
+    given: dict = {}
+
+    class Recorded:
+        def __init__(self, **kwargs):
+            given.update(kwargs)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(distributed, "LocalCluster", Recorded)
+    monkeypatch.setattr(distributed, "Client", lambda cluster, set_as_default: Recorded())
+    DaskCluster.start(ClusterSpec(local_workers=1)).close()
+    host, _, port = given["dashboard_address"].rpartition(":")
+    assert is_loopback_host(host) and port == "0" and is_loopback_host(given["host"])

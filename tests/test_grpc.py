@@ -17,6 +17,7 @@ from petlab.client.paillier_client import paillier_classify
 from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.knn.paper.reference import classify_by_sorting
+from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.knn.datasets import load_bundled
@@ -146,7 +147,7 @@ def expect_status(code: grpc.StatusCode, call, *args, **kwargs) -> str:
 
 
 @pytest.mark.slow
-def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running):
+def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running, keyed_model):
     stub = knn_pb2_grpc.KnnServiceStub(channel)
     key = iris_prepared.key_id
     good_query = iris_prepared.client.encrypt(np.zeros(4, dtype=np.int64))
@@ -185,8 +186,8 @@ def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running
         stub.Classify,
         knn_pb2.ClassifyRequest(model="wine", key_id=key, encrypted_query=good_query),
     )
-    wine = remote.prepare("wine")
-    wine_query = wine.client.encrypt(np.zeros(13, dtype=np.int64))
+    _, wine = keyed_model("wine", SETTINGS)  # a Wine client's query (its keys need no upload)
+    wine_query = wine.encrypt(np.zeros(13, dtype=np.int64))
     expect_status(
         grpc.StatusCode.INVALID_ARGUMENT,
         stub.Classify,
@@ -223,23 +224,33 @@ def test_bad_requests_get_clear_statuses(channel, remote, iris_prepared, running
 
 
 def test_bad_key_uploads(channel, running):
+    """Junk uploads (of the model's expected key size, so that they reach the store's checks; a
+    size outside it is refused first) leave nothing behind."""
     stub = knn_pb2_grpc.KnnServiceStub(channel)
     before = {k.key_id for k in running.keys.entries()}
-    data = b"not really keys" * 100
+    low, _ = running.hosted["iris"].key_size_window
+    data = (b"not really keys" * (low // 15 + 1))[:low]
     digest = hashlib.sha256(data).hexdigest()
-    truncated = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data[:500])])
+    step = 4 << 20
+
+    def upload(total: int, pieces: list[bytes], model: str = "iris"):
+        first = knn_pb2.KeyChunk(model=model, total_size=total, sha256=digest, data=pieces[0])
+        return iter([first, *(knn_pb2.KeyChunk(data=piece) for piece in pieces[1:])])
+
+    whole = [data[i : i + step] for i in range(0, len(data), step)]
+    truncated = upload(len(data), [data[:500]])
     assert "ended after 500" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, truncated)
-    garbage = iter([knn_pb2.KeyChunk(model="iris", total_size=len(data), sha256=digest, data=data)])
+    garbage = upload(len(data), whole)
     assert "not usable evaluation keys" in expect_status(
         grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, garbage
     )
-    too_big = iter([knn_pb2.KeyChunk(model="iris", total_size=1 << 40, sha256=digest, data=data)])
-    expect_status(grpc.StatusCode.RESOURCE_EXHAUSTED, stub.RegisterKeys, too_big)
-    expect_status(
-        grpc.StatusCode.NOT_FOUND,
-        stub.RegisterKeys,
-        iter([knn_pb2.KeyChunk(model="nope", total_size=len(data), sha256=digest, data=data)]),
+    small = upload(1500, [data[:1500]])
+    assert "the upload announces 1500" in expect_status(
+        grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, small
     )
+    too_big = upload(1 << 40, [data[:500]])
+    expect_status(grpc.StatusCode.RESOURCE_EXHAUSTED, stub.RegisterKeys, too_big)
+    expect_status(grpc.StatusCode.NOT_FOUND, stub.RegisterKeys, upload(len(data), [data[:500]], "nope"))
     expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, iter([]))
     assert {k.key_id for k in running.keys.entries()} == before
     assert not list(running.keys.directory.glob(".upload-*"))
@@ -272,6 +283,58 @@ def test_keys_are_prepared_at_registration(channel, running, data_dir, iris_prep
     assert "first chunk" in expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.RegisterKeys, late)
     assert {k.key_id for k in running.keys.entries()} == before
     assert_serving(channel)
+
+
+def _last_used(running, key_id: str) -> float:
+    return next(k.last_used for k in running.keys.entries() if k.key_id == key_id)
+
+
+def _recut(ciphertext: bytes) -> bytes:
+    """The same ciphertext, its payload cut into two blobs (concrete writes one)."""
+    with SCHEMA.Value.from_bytes(ciphertext) as reader:
+        value = reader.as_builder()
+    payload = b"".join(bytes(blob) for blob in value.payload.data)
+    blobs = value.payload.init("data", 2)
+    blobs[0], blobs[1] = payload[:8], payload[8:]
+    return value.to_bytes()
+
+
+@pytest.mark.slow
+def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_as_computed(
+    channel, running, iris_prepared
+):
+    """Attack on the store's fairness: cheap invalid calls naming a key id used to mark the key
+    used (``touch`` ran before the query was parsed) and kept it alive for ever. Only a successful
+    evaluation moves its last-used time now.
+
+    Circuit privacy (README): the result is returned as concrete computed it, not re-randomised.
+    The same query gives byte-identical results: a deterministic function of the query, the
+    evaluation keys and the server's circuit (its training points)."""
+    stub = knn_pb2_grpc.KnnServiceStub(channel)
+    key = iris_prepared.key_id
+    query = iris_prepared.client.encrypt(np.array([1, 2, 3, 4]))
+    before = _last_used(running, key)
+    for bad in (b"\x01garbage" * 8, _recut(query), b""):
+        request = knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=bad)
+        expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.Classify, request)
+    assert _last_used(running, key) == before
+    request = knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=query)
+    first, second = (stub.Classify(request, timeout=300).encrypted_class for _ in range(2))
+    assert _last_used(running, key) > before
+    assert first == second
+
+
+@pytest.mark.slow
+def test_a_hostile_servers_result_in_another_layout_is_not_decrypted(
+    remote, running, iris_prepared, monkeypatch
+):
+    """A server answering with its result's payload cut in two (concrete's decryption then writes
+    outside its buffer, in the process that holds the secret key): the client refuses it."""
+    evaluator = running.services.evaluator
+    honest = evaluator.classify
+    monkeypatch.setattr(evaluator, "classify", lambda evaluation: [_recut(r) for r in honest(evaluation)])
+    with pytest.raises(ValueError, match=r"encrypted result has .* 2 blob"):
+        remote.classify(iris_prepared, np.array([5.1, 3.5, 1.4, 0.2]))
 
 
 def test_models_say_which_algorithm_runs(remote, running):

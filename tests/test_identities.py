@@ -17,6 +17,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from petlab.addresses import is_loopback_address
+from petlab.client.analyst import main as analyst_main
+from petlab.client.channel import InsecureCredentials
 from petlab.client.knn_client import make_channel
 from petlab.client.main import main as client_main
 from petlab.crypto.knn.model import KnnSettings
@@ -208,3 +211,71 @@ def test_paillier_baseline_also_needs_a_token(serve, hosted, tmp_path):
         assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
         with make_channel(address, token=ALICE) as alice:
             assert paillier_pb2_grpc.PaillierKnnServiceStub(alice).Labels(request, timeout=10).labels
+
+
+LOOPBACK = ["127.0.0.1:50051", "127.8.9.10:1", "localhost:50051", "[::1]:50051", "dns:///localhost:50051"]
+LOOPBACK += [
+    "ipv4:127.0.0.1:1,127.0.0.2:2",
+    "unix:/tmp/petlab.sock",
+    "unix-abstract:petlab",
+    "[::ffff:127.0.0.1]:1",
+]
+NOT_LOOPBACK = ["192.0.2.7:50051", "example.org:50051", "dns:///example.org:443", "[2001:db8::1]:50051"]
+NOT_LOOPBACK += ["ipv4:127.0.0.1:1,192.0.2.7:2", "10.0.0.1:50051", "vsock:3:50051", "localhost.example.org:1"]
+
+
+@pytest.fixture()
+def no_plaintext_channel(monkeypatch):
+    """Fails the test if a plaintext channel is opened (so nothing is ever sent to an address that
+    is not this machine's, even with the protection switched off)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a plaintext channel was opened to {args[0]}")
+
+    monkeypatch.setattr(grpc, "insecure_channel", refuse)
+
+
+def test_loopback_addresses_are_told_apart():
+    assert all(is_loopback_address(address) for address in LOOPBACK)
+    assert not any(is_loopback_address(address) for address in NOT_LOOPBACK)
+
+
+@pytest.mark.parametrize("address", NOT_LOOPBACK)
+def test_a_token_never_travels_in_plaintext_beyond_loopback(
+    address, no_plaintext_channel, monkeypatch, capsys
+):
+    """Attack: a user points petlab-client at a server without --tls-ca; its token (flag or
+    environment) would cross the network readable. Refused before any channel opens: exit 2, one
+    line saying how to fix it."""
+    assert client_main(["models", "--server", address, "--token", ALICE]) == 2
+    monkeypatch.setenv("PETLAB_TOKEN", ALICE)
+    assert client_main(["models", "--server", address]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("--tls-ca" in line and "--insecure-token" in line for line in lines)
+    with pytest.raises(InsecureCredentials):
+        make_channel(address, token=ALICE)
+
+
+def test_insecure_token_is_an_explicit_choice(monkeypatch):
+    opened = []
+    monkeypatch.setattr(grpc, "insecure_channel", lambda address, options: opened.append(address))
+    make_channel(NOT_LOOPBACK[0], token=ALICE, insecure_token=True)
+    assert opened == [NOT_LOOPBACK[0]]
+
+
+def test_a_token_goes_to_a_loopback_server_in_plaintext(serve, hosted, tmp_path, capsys):
+    with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
+        for host in ("127.0.0.1", "localhost"):
+            assert client_main(["models", "--server", f"{host}:{running.port}", "--token", BOB]) == 0
+    assert capsys.readouterr().out.count("iris:") == 2
+
+
+@pytest.mark.parametrize("given", ["--tls-key", "--tls-cert"])
+def test_client_certificate_paths_never_fall_back_to_plaintext(given, tmp_path, no_plaintext_channel, capsys):
+    """A client key without its certificate (or the reverse) used to be dropped for a plaintext
+    channel; now both programs refuse with exit 2."""
+    path = tmp_path / "credential.pem"
+    path.write_text("not read")
+    assert analyst_main(["describe", "--server", "127.0.0.1:1", given, str(path)]) == 2
+    assert client_main(["models", "--server", "127.0.0.1:1", given, str(path)]) == 2
+    assert capsys.readouterr().err.count("--tls-cert and --tls-key go together") == 2

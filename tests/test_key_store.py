@@ -3,6 +3,7 @@ import threading
 
 import pytest
 
+from petlab.owner_only import UnsafeDirectory
 from petlab.server.knn.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
@@ -14,6 +15,7 @@ from petlab.server.knn.key_store import (
     OwnerUsage,
     UploadMismatch,
 )
+from petlab.server.knn.key_warmup import WarmupStore
 
 
 class Clock:
@@ -80,7 +82,7 @@ def test_cap_and_least_recently_used_eviction(tmp_path):
     clock.now += 1
     second = upload(store, b"b" * 40)
     clock.now += 1
-    store.read(first.key_id, "iris")  # first is now the most recently used
+    store.mark_used(first.key_id)  # an evaluation used it: first is now the most recently used
     clock.now += 1
     third = upload(store, b"c" * 40)
     remaining = {k.key_id for k in store.entries()}
@@ -93,7 +95,7 @@ def test_idle_keys_expire(tmp_path):
     store = KeyStore(tmp_path, max_bytes=100, idle_seconds=10, clock=clock)
     stored = upload(store, b"k" * 5)
     clock.now += 9
-    store.read(stored.key_id, "iris")
+    store.mark_used(stored.key_id)
     clock.now += 9
     assert store.expire() == []
     clock.now += 11
@@ -233,3 +235,77 @@ def test_key_count_quota_evicts_only_the_owners_oldest(tmp_path):
         clock.now += 1
         ids.append(put_as(store, "alice", bytes([i])).key_id)
     assert {k.key_id for k in store.entries()} == {other.key_id, *ids[-2:]}
+
+
+def test_lookups_do_not_keep_a_key_alive(tmp_path):
+    """Only a successful evaluation (``mark_used``) moves the last-used time: a key looked up by
+    calls that then fail (an invalid query naming its id) still expires."""
+    clock = Clock()
+    store = KeyStore(tmp_path, max_bytes=100, idle_seconds=10, clock=clock)
+    stored = upload(store, b"k" * 5)
+    for _ in range(2):
+        clock.now += 4
+        store.locate(stored.key_id, "iris")
+        store.read(stored.key_id, "iris")
+    clock.now += 3  # 11 s after the upload, 3 s after the last lookup
+    assert store.expire() == [stored.key_id]
+
+
+def test_announced_size_outside_the_window_is_refused_before_anything_is_reserved(tmp_path):
+    store = KeyStore(tmp_path, max_bytes=1000, idle_seconds=60)
+    data = b"k" * 50
+    digest = hashlib.sha256(data).hexdigest()
+    for window in ((60, 70), (10, 49)):
+        with pytest.raises(UploadMismatch, match=r"are \d+ to \d+ bytes; the upload announces 50"):
+            store.put("iris", "t", len(data), digest, iter([data]), size_window=window)
+    with pytest.raises(KeyTooLarge):  # the caps come first: too large stays RESOURCE_EXHAUSTED
+        store.put("iris", "t", 2000, digest, iter([data]), size_window=(10, 20))
+    assert store.put("iris", "t", len(data), digest, iter([data]), size_window=(50, 51)).size == 50
+    assert not list(tmp_path.glob(".upload-*"))
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707])
+def test_an_existing_directory_others_can_write_is_refused(tmp_path, mode):
+    directory = tmp_path / "keys"
+    directory.mkdir()
+    directory.chmod(mode)
+    with pytest.raises(UnsafeDirectory, match="writable by other users"):
+        KeyStore(directory, max_bytes=100, idle_seconds=10)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    with pytest.raises(UnsafeDirectory, match="not a directory"):
+        KeyStore(link, max_bytes=100, idle_seconds=10)
+
+
+def test_warmup_files_never_follow_a_planted_link(tmp_path):
+    """Attack by another local user (or anything that can write there): a link planted under the
+    staging name the warm-up store used to write (``<key_id>.tmp``, opened with O_TRUNC) made the
+    server overwrite the link's target. Staging files now have fresh random names (mkstemp:
+    O_CREAT | O_EXCL | O_NOFOLLOW) and a link at the final name is replaced, not written through
+    nor read."""
+    store = WarmupStore(tmp_path / "warmup")
+    precious = tmp_path / "precious"
+    precious.write_bytes(b"precious")
+    key_id = "ab" * 16
+    (store.directory / f"{key_id}.tmp").symlink_to(precious)
+    store.put(key_id, b"ciphertext")
+    assert precious.read_bytes() == b"precious"
+    assert store.get(key_id) == b"ciphertext"
+    assert (store.directory / f"{key_id}.ct").stat().st_mode & 0o777 == 0o600
+    target = store.directory / f"{key_id}.ct"
+    target.unlink()
+    target.symlink_to(precious)
+    assert store.get(key_id) is None  # a link is not read through
+    store.put(key_id, b"second")
+    assert precious.read_bytes() == b"precious" and store.get(key_id) == b"second"
+    store.keep_only(set())
+    assert sorted(p.name for p in store.directory.iterdir()) == [f"{key_id}.tmp"]  # the planted link
+
+
+def test_an_existing_warmup_directory_others_can_write_is_refused(tmp_path):
+    directory = tmp_path / "warmup"
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    with pytest.raises(UnsafeDirectory, match="writable by other users"):
+        WarmupStore(directory)

@@ -1,11 +1,15 @@
-"""A bounded load test (issue 15, item 7): many concurrent clients, mixed valid and invalid calls,
-for a few seconds on loopback, while every evaluation slot is held by a running classification
-and every upload slot by an idle upload. Cheap calls must keep answering: it prints their p50/p99
-latency and fails on any unanswered call or a p99 above a generous no-stall bound.
+"""A bounded load test (issue 15, item 7; issue 23): many concurrent clients, mixed valid and
+invalid calls, for a few seconds on loopback, while every evaluation slot is held by a running
+classification, every upload slot by an idle upload, and idle streams from many connections sit
+open: more health ``Watch`` streams and reflection streams than the server has threads, and more
+idle uploads than it has upload slots. Cheap calls (the k-NN service's, health ``Check`` and the
+controller's ``Describe``) must keep answering: it prints their p50/p99 latency and fails on any
+unanswered call or a p99 above a generous no-stall bound.
 
 The evaluations are stand-ins: concrete's evaluation is replaced by a wait on an event (the
 servicer's slots, the evaluator's model lock and the threads are the real ones), so the test needs
-no key generation and each "evaluation" lasts exactly as long as the load does.
+no key generation and each "evaluation" lasts exactly as long as the load does; the stand-in keys
+and queries pass a stand-in of the wire-format check (``crypto.knn.wire_format``).
 """
 
 from __future__ import annotations
@@ -18,18 +22,30 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 import petlab.server.knn.evaluators as evaluators
 import petlab.server.knn.service as knn_service
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.model import KnnSettings
-from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.crypto.knn.wire_format import WireFormat
+from petlab.plaindata import acs_sample_path
+from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.knn.service import key_tag
 
 CLIENTS = 16
 SECONDS = 8.0
 P99_BOUND = 2.0  # seconds; loopback answers take milliseconds, a stall takes the 10 s deadline
+WORKERS = 8
+IDLE_WATCHES = 3 * WORKERS  # health Watch streams, each from its own connection
+IDLE_REFLECTIONS = 2 * WORKERS  # reflection streams that never send a request
+IDLE_UPLOADS = 4  # key uploads that never send a chunk (twice the upload slots)
+
+
+def own_connection(port: int) -> grpc.Channel:
+    """A channel with a connection of its own (grpc shares connections between equal channels)."""
+    return grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
@@ -45,6 +61,8 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         monkeypatch.setattr(module, "parse_evaluation_keys", lambda data: object())
         monkeypatch.setattr(module, "parse_ciphertext", lambda data: object())
     monkeypatch.setattr(evaluators, "run_encrypted", long_evaluation)
+    monkeypatch.setattr(WireFormat, "check_keys", lambda self, data: None)
+    monkeypatch.setattr(WireFormat, "check_input", lambda self, data, position=0: None)
 
     def idle_upload():
         release.wait(SECONDS * 4)
@@ -53,8 +71,9 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
 
     limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
     hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    controller = {"analysis_data": acs_sample_path(), "open_analysis": True, "workers": WORKERS}
     with (
-        serve(tmp_path, hosted, limits=limits) as running,
+        serve(tmp_path, hosted, limits=limits, **controller) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
         data = b"stand-in keys"
@@ -69,75 +88,116 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
             )
             for _ in range(limits.evaluation_slots)
         ]
-        held += [stub.RegisterKeys.future(idle_upload(), timeout=60) for _ in range(limits.upload_slots)]
-        time.sleep(0.5)  # let them take their slots
-
-        cheap = [
-            (
-                "ListModels",
-                lambda: stub.ListModels(knn_pb2.ListModelsRequest(), timeout=10),
-                grpc.StatusCode.OK,
-            ),
-            ("Health", lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10), grpc.StatusCode.OK),
-            (
-                "GetClientSpecs",
-                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
-                grpc.StatusCode.OK,
-            ),
+        connections = [
+            own_connection(running.port) for _ in range(IDLE_WATCHES + IDLE_REFLECTIONS + IDLE_UPLOADS)
         ]
-        invalid = [
-            (
-                "unknown model",
-                lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="nope"), timeout=10),
-                grpc.StatusCode.NOT_FOUND,
-            ),
-            (
-                "Classify while busy",
-                lambda: stub.Classify(knn_pb2.ClassifyRequest(model="iris", key_id="bad"), timeout=10),
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-            ),
-        ]
-        latencies: list[float] = []
-        wrong: list[str] = []
-        lock = threading.Lock()
-        stop_at = time.monotonic() + SECONDS
+        streams: list = []
+        try:
+            streams += [
+                health_pb2_grpc.HealthStub(c).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+                for c in connections[:IDLE_WATCHES]
+            ]
+            streams += [
+                reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(idle_upload(), timeout=60)
+                for c in connections[IDLE_WATCHES : IDLE_WATCHES + IDLE_REFLECTIONS]
+            ]
+            held += [
+                knn_pb2_grpc.KnnServiceStub(c).RegisterKeys.future(idle_upload(), timeout=60)
+                for c in connections[IDLE_WATCHES + IDLE_REFLECTIONS :]
+            ]
+            guard = running.streams
+            assert guard is not None
+            settled = time.monotonic() + 20  # let them take their slots (slow on a loaded machine)
+            while guard.open_streams() < guard.limits.slots and time.monotonic() < settled:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            assert guard.open_streams() == guard.limits.slots, "the idle streams did not all open"
+            describe = controller_pb2_grpc.AnalysisControllerStub(channel).Describe
 
-        def client(number: int) -> None:
-            calls = cheap + invalid
-            i = number
-            while time.monotonic() < stop_at:
-                name, call, expected = calls[i % len(calls)]
-                i += 1
-                started = time.perf_counter()
-                try:
-                    call()
-                    status = grpc.StatusCode.OK
-                except grpc.RpcError as exc:
-                    status = exc.code()
-                elapsed = time.perf_counter() - started
-                with lock:
-                    if status != expected:
-                        wrong.append(f"{name}: {status.name}")
-                    elif expected == grpc.StatusCode.OK:
-                        latencies.append(elapsed)
+            cheap = [
+                (
+                    "ListModels",
+                    lambda: stub.ListModels(knn_pb2.ListModelsRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "Health",
+                    lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "Describe",
+                    lambda: describe(controller_pb2.DescribeRequest(), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+                (
+                    "GetClientSpecs",
+                    lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="iris"), timeout=10),
+                    grpc.StatusCode.OK,
+                ),
+            ]
+            invalid = [
+                (
+                    "unknown model",
+                    lambda: stub.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="nope"), timeout=10),
+                    grpc.StatusCode.NOT_FOUND,
+                ),
+                (
+                    "Classify while busy",
+                    lambda: stub.Classify(knn_pb2.ClassifyRequest(model="iris", key_id="bad"), timeout=10),
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                ),
+            ]
+            latencies: list[float] = []
+            wrong: list[str] = []
+            lock = threading.Lock()
+            stop_at = time.monotonic() + SECONDS
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(SECONDS + 30)
-        evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
-        release.set()
-        for future in held:
-            with contextlib.suppress(grpc.RpcError):
-                future.result(timeout=30)
+            def client(number: int) -> None:
+                calls = cheap + invalid
+                i = number
+                while time.monotonic() < stop_at:
+                    name, call, expected = calls[i % len(calls)]
+                    i += 1
+                    started = time.perf_counter()
+                    try:
+                        call()
+                        status = grpc.StatusCode.OK
+                    except grpc.RpcError as exc:
+                        status = exc.code()
+                    elapsed = time.perf_counter() - started
+                    with lock:
+                        if status != expected:
+                            wrong.append(f"{name}: {status.name}")
+                        elif expected == grpc.StatusCode.OK:
+                            latencies.append(elapsed)
 
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(SECONDS + 30)
+            evaluations_still_running = not any(f.done() for f in held[: limits.evaluation_slots])
+            streams_still_open = running.streams.open_streams()
+            release.set()
+            for future in held:
+                with contextlib.suppress(grpc.RpcError):
+                    future.result(timeout=30)
+        finally:  # whatever happened, nothing is left waiting
+            release.set()
+            for stream in streams:
+                stream.cancel()
+            for connection in connections:
+                connection.close()
+
+    assert evaluations_still_running, "the stand-in evaluations ended before the load did"
+    assert streams_still_open == running.streams.limits.slots, "the idle streams ended before the load did"
+    assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
+    assert len(latencies) >= 100, f"only {len(latencies)} cheap calls answered in {SECONDS:g} s: a stall"
     quantiles = statistics.quantiles(latencies, n=100)
     p50, p99 = quantiles[49], quantiles[98]
     print(
         f"\nload: {len(latencies)} cheap calls from {CLIENTS} clients in {SECONDS:g} s: "
         f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
     )
-    assert evaluations_still_running, "the stand-in evaluations ended before the load did"
-    assert not wrong, f"unexpected answers: {sorted(set(wrong))}"
-    assert len(latencies) >= 100 and p99 < P99_BOUND
+    assert p99 < P99_BOUND

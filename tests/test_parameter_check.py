@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 
 import pytest
 from concrete import fhe
@@ -105,4 +106,134 @@ def test_client_refuses_a_weak_server_before_making_keys(serve, hosted, specs, t
         )
     err = capsys.readouterr().err.strip()
     assert status == 2 and "LWE dimension 256" in err and len(err.splitlines()) == 1
+    assert not list(cache.rglob("keys.bin"))
+
+
+def _packing_key(specs: dict, variance: float) -> dict:
+    """A packing key-switching key from the small secret key to the GLWE key the bootstrap key
+    outputs (2 x 1024), as concrete describes one."""
+    bootstrap = specs["keyset"]["lweBootstrapKeys"][0]
+    secret = {key["id"]: key["params"]["lweDimension"] for key in specs["keyset"]["lweSecretKeys"]}
+    params = bootstrap["params"]
+    return {
+        "id": 0,
+        "inputId": bootstrap["inputId"],
+        "outputId": bootstrap["outputId"],
+        "params": {
+            "levelCount": 1,
+            "baseLog": 20,
+            "glweDimension": params["glweDimension"],
+            "polynomialSize": params["polynomialSize"],
+            "inputLweDimension": secret[bootstrap["inputId"]],
+            "innerLweDimension": secret[bootstrap["outputId"]],
+            "variance": variance,
+            "integerPrecision": 64,
+            "modulus": {"modulus": {"native": {}}},
+            "keyType": "binary",
+        },
+        "compression": "none",
+    }
+
+
+def _set(path: str, value):
+    """A tampering: set the field at ``path`` (keys and list indices separated by dots)."""
+
+    def tamper(document: dict) -> None:
+        *parents, last = path.split(".")
+        node = document
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[int(last) if last.isdigit() else last] = value
+
+    return tamper
+
+
+def _add_packing_key(variance: float):
+    def tamper(document: dict) -> None:
+        document["keyset"]["packingKeyswitchKeys"] = [_packing_key(document, variance)]
+
+    return tamper
+
+
+INPUT_ENCRYPTION = "circuits.0.inputs.0.typeInfo.lweCiphertext.encryption"
+# one tampering per key kind and per field the check reads, with the words of its refusal
+TAMPERINGS = {
+    "secret key dimension": (_set("keyset.lweSecretKeys.1.params.lweDimension", 256), "LWE dimension 256"),
+    "secret key distribution": (_set("keyset.lweSecretKeys.0.params.keyType", "ternary"), "not a binary key"),
+    "bootstrap key noise": (
+        _set("keyset.lweBootstrapKeys.0.params.variance", 1e-40),
+        "bootstrap key 0 has noise variance",
+    ),
+    "bootstrap key dimensions": (
+        _set("keyset.lweBootstrapKeys.0.params.polynomialSize", 512),
+        "bootstrap key 0 does not match its secret keys",
+    ),
+    "key-switching key noise": (
+        _set("keyset.lweKeyswitchKeys.0.params.variance", 1e-40),
+        "key-switching key 0 has noise variance",
+    ),
+    "key-switching key dimensions": (
+        _set("keyset.lweKeyswitchKeys.0.params.outputLweDimension", 2047),
+        "key-switching key 0 does not match its secret keys",
+    ),
+    "key-switching key modulus": (
+        _set("keyset.lweKeyswitchKeys.0.params.modulus", {"modulus": {"powerOfTwo": {"power": 32}}}),
+        "not over the native 2^64 modulus",
+    ),
+    "input encryption noise": (
+        _set(f"{INPUT_ENCRYPTION}.variance", 1e-40),
+        "input 0 of knn has noise variance",
+    ),
+    "added packing key-switching key": (
+        _add_packing_key(1e-40),
+        "packing key-switching key 0 has noise variance",
+    ),
+    "unknown key kind": (_set("keyset.lwePublicKeys", []), "lwePublicKeys, which this client does not check"),
+    "unknown document field": (_set("serverKeys", {}), "serverKeys, which this client does not check"),
+    "TFHE-rs interoperability": (
+        _set("tfhers_specs.input_types_per_func.knn", [{"bit_width": 8}]),
+        "TFHE-rs interoperability",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TAMPERINGS)
+def test_every_key_kind_is_checked(specs, name):
+    tamper, words = TAMPERINGS[name]
+    hostile = copy.deepcopy(specs)
+    tamper(hostile)
+    with pytest.raises(WeakParameters, match=re.escape(words)):
+        check_security(encoded(hostile))
+
+
+def test_a_packing_key_on_the_curve_passes(specs):
+    """Packing key-switching keys are checked like the others, not refused as a kind: one with the
+    least noise concrete allows under its GLWE key (2 x 1024) passes, one bit less does not."""
+    glwe = specs["keyset"]["lweBootstrapKeys"][0]["params"]
+    floor = 2.0 ** minimal_log2_variance(glwe["glweDimension"] * glwe["polynomialSize"])
+    on_curve = copy.deepcopy(specs)
+    _add_packing_key(floor)(on_curve)
+    check_security(encoded(on_curve))
+    _add_packing_key(floor / 2)(on_curve)
+    with pytest.raises(WeakParameters, match="packing key-switching key 0 has noise variance"):
+        check_security(encoded(on_curve))
+
+
+@pytest.mark.parametrize("name", TAMPERINGS)
+def test_client_refuses_tampered_specs_of_each_kind(serve, hosted, specs, tmp_path, capsys, name):
+    """Through the CLI against a server handing out the tampered specs (with their correct digest):
+    exit 2, one line naming the problem, no key written."""
+    tamper, words = TAMPERINGS[name]
+    hostile = copy.deepcopy(specs)
+    tamper(hostile)
+    weak = copy.copy(hosted)
+    weak.specs = encoded(hostile)
+    weak.specs_sha256 = hashlib.sha256(weak.specs).hexdigest()
+    cache = tmp_path / "client"
+    with serve(tmp_path / "data", {"iris": weak}) as running:
+        address = f"127.0.0.1:{running.port}"
+        features = ["--features", "5.1,3.5,1.4,0.2", "--cache-dir", str(cache), "--quiet"]
+        status = client_main(["classify", "--server", address, "--model", "iris", *features])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and words in err and len(err.splitlines()) == 1, err
     assert not list(cache.rglob("keys.bin"))

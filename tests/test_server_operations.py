@@ -169,3 +169,33 @@ def test_csv_training_data(tmp_path):
     path.write_text("a,b,label\n1,x,yes\n")
     with pytest.raises(ValueError, match="must be numeric"):
         load_csv(path)
+
+
+@pytest.mark.parametrize("room", [".", "keys", "warmup"])
+def test_a_data_directory_others_can_write_is_refused_at_start(serve, hosted, tmp_path, room):
+    """An existing data, key or warm-up directory that another user could write to (where a link
+    or a file could be planted for the server to follow or load) stops the server at start."""
+    data = tmp_path / "data"
+    (data / room).mkdir(parents=True, mode=0o700, exist_ok=True)
+    data.chmod(0o700)
+    (data / room).chmod(0o777)
+    with pytest.raises(ValueError, match="writable by other users"), serve(data, hosted):
+        pass
+
+
+def test_default_key_caps_follow_the_model_key_size(serve, hosted, tmp_path):
+    """The store cannot be held by a handful of owners: by default it makes room for --key-owners
+    (16) owners, each with --owner-max-keys (4) key sets of the largest model's size, and an owner's
+    quota is exactly its key sets."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice alice-token-0123456789abcdef\n")
+    tokens.chmod(0o600)
+    largest = hosted["iris"].key_size_window[1]
+    with serve(tmp_path / "data", hosted, tokens=tokens) as running:
+        assert running.keys.quota is not None and running.keys.quota.max_bytes == 4 * largest
+        assert running.keys.max_bytes == 16 * 4 * largest
+    with serve(tmp_path / "data2", hosted, tokens=tokens, key_owners=3, owner_max_keys=2) as running:
+        assert running.keys.quota is not None and running.keys.quota.max_bytes == 2 * largest
+        assert running.keys.max_bytes == 3 * 2 * largest
+    options, _ = parse_args(["serve", "--key-owners", "5"])
+    assert (options.key_owners, options.key_cap_bytes, options.owner_cap_bytes) == (5, None, None)

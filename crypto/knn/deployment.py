@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
+from petlab.crypto.knn.wire_format import WireFormat
+
 # ---------------------------------------------------------------- server side (data owner)
 
 
@@ -81,6 +83,7 @@ class KnnClient:
     def __init__(self, specs: bytes):
         try:
             self._client = fhe.Client(fhe.ClientSpecs.deserialize(bytes(specs)))
+            self._wire = WireFormat.from_specs(bytes(specs))
         except Exception as exc:
             raise ValueError(f"client specs do not deserialize: {exc}") from exc
 
@@ -108,5 +111,9 @@ class KnnClient:
         return self._client.encrypt(np.asarray(levels, dtype=np.int64)).serialize()
 
     def decrypt_class(self, result: bytes) -> int:
-        """Decrypt the server's answer: the class index."""
+        """Decrypt the server's answer: the class index. The answer is checked against the
+        circuit's output first (``crypto.knn.wire_format``): concrete's decryption of a ciphertext
+        in another layout writes outside its buffer, in the process that holds the secret key
+        (``ValueError``, nothing decrypted)."""
+        self._wire.check_output(result)
         return int(self._client.decrypt(parse_ciphertext(result)))

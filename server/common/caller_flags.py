@@ -35,8 +35,9 @@ def add_identity_arguments(serve: argparse.ArgumentParser) -> None:
         serve,
         "--owner-cap-mb",
         float,
-        1024.0,
-        "per identified owner: stored keys plus uploads in flight (at most --key-cap-mb)",
+        None,
+        "per identified owner: stored keys plus uploads in flight, MiB (at most --key-cap-mb; "
+        "default: --owner-max-keys key sets of the largest model)",
     )
     add_env_option(
         serve, "--owner-max-keys", int, 4, "per identified owner: stored key sets (its oldest make room)"
@@ -52,7 +53,7 @@ def caller_options(args: argparse.Namespace) -> dict[str, Any]:
     k-NN room's ``ServiceLimits``)."""
     return {
         "tokens": args.tokens,
-        "owner_cap_bytes": int(args.owner_cap_mb * (1 << 20)),
+        "owner_cap_bytes": None if args.owner_cap_mb is None else int(args.owner_cap_mb * (1 << 20)),
         "owner_max_keys": args.owner_max_keys,
     }
 

@@ -11,7 +11,8 @@ gRPC's Python server runs every call on one fixed pool, and a call cannot pick i
   wait.
 * :class:`CallTimeLimit` gives every unary and client-streaming call a server-side time limit: when
   it passes, the call is cancelled (the caller sees CANCELLED; evaluations check between queries
-  and before they start, and stop). Long-lived server streams (health ``Watch``) are exempt.
+  and before they start, and stop). Response streams (health ``Watch``, reflection) have their own
+  budget and time limits (``server.common.streams``).
 """
 
 from __future__ import annotations
@@ -25,25 +26,15 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from petlab.server.common.admission import RETRY_AFTER_SECONDS
+from petlab.server.common.handlers import UNARY_RESPONSES, Behavior, rewrap
 
 log = logging.getLogger(__name__)
 
-Behavior = Callable[[object, grpc.ServicerContext], object]
-
 
 def _rewrap(handler, wrap: Callable[[Behavior], Behavior]):
-    """``handler`` with its unary-response behaviour wrapped (server streams left as they are)."""
-    if handler is None:
-        return None
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(
-            wrap(handler.unary_unary), handler.request_deserializer, handler.response_serializer
-        )
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(
-            wrap(handler.stream_unary), handler.request_deserializer, handler.response_serializer
-        )
-    return handler
+    """``handler`` with its unary-response behaviour wrapped (response streams, which
+    ``server.common.streams`` bounds, left as they are)."""
+    return rewrap(handler, wrap, UNARY_RESPONSES)
 
 
 def _service(method: str) -> str:

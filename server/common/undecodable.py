@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
+from petlab.server.common.handlers import Behavior, rewrap
 from petlab.server.common.rpc_errors import abort
 
 MESSAGE = "the request does not decode as this method's protocol buffer message"
@@ -48,32 +49,21 @@ def _checked_stream(requests: Iterator, context: grpc.ServicerContext) -> Iterat
 
 
 class UndecodableRequests(grpc.ServerInterceptor):
+    """Every method's requests decoded tolerantly, and checked before its behaviour sees them
+    (grpc's attributes of the behaviour kept: ``server.common.handlers``)."""
+
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        decode = _tolerant(handler.request_deserializer)
-        encode = handler.response_serializer
-        if handler.unary_unary is not None:
-            unary_unary = handler.unary_unary
-            return grpc.unary_unary_rpc_method_handler(
-                lambda request, context: unary_unary(_checked(request, context), context), decode, encode
-            )
-        if handler.unary_stream is not None:
-            unary_stream = handler.unary_stream
-            return grpc.unary_stream_rpc_method_handler(
-                lambda request, context: unary_stream(_checked(request, context), context), decode, encode
-            )
-        if handler.stream_unary is not None:
-            stream_unary = handler.stream_unary
-            return grpc.stream_unary_rpc_method_handler(
-                lambda requests, context: stream_unary(_checked_stream(requests, context), context),
-                decode,
-                encode,
-            )
-        stream_stream = handler.stream_stream
-        return grpc.stream_stream_rpc_method_handler(
-            lambda requests, context: stream_stream(_checked_stream(requests, context), context),
-            decode,
-            encode,
-        )
+        streaming = handler.request_streaming
+
+        def wrap(behavior: Behavior) -> Behavior:
+            def checked(request, context, *callback):
+                if streaming:
+                    return behavior(_checked_stream(request, context), context, *callback)
+                return behavior(_checked(request, context), context, *callback)
+
+            return checked
+
+        return rewrap(handler, wrap, request_deserializer=_tolerant(handler.request_deserializer))

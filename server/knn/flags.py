@@ -41,7 +41,21 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "(crypto.knn.families)",
     )
     add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
-    add_env_option(serve, "--key-cap-mb", float, 4096.0, "all stored keys together, MiB")
+    add_env_option(
+        serve,
+        "--key-cap-mb",
+        float,
+        None,
+        "all stored keys together, MiB (default: --key-owners x --owner-max-keys x the largest "
+        "model's key set)",
+    )
+    add_env_option(
+        serve,
+        "--key-owners",
+        int,
+        16,
+        "owners the default key caps make room for, each with --owner-max-keys key sets",
+    )
     add_env_option(
         serve,
         "--upload-slots",
@@ -81,7 +95,8 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "label_column": args.label_column,
         "bounds": bounds,
         "key_idle_seconds": args.key_idle_hours * 3600,
-        "key_cap_bytes": int(args.key_cap_mb * (1 << 20)),
+        "key_cap_bytes": None if args.key_cap_mb is None else int(args.key_cap_mb * (1 << 20)),
+        "key_owners": args.key_owners,
         "enable_paillier_baseline": args.enable_paillier_baseline,
         "cluster": spec_from_args(args),
         "limits": ServiceLimits(

@@ -8,7 +8,9 @@ announced, so a crash or a truncated upload never leaves a half key behind. Keys
 than ``idle_seconds`` expire; when the total size passes ``max_bytes`` the least recently used keys
 are evicted.
 
-Denial of service. An upload's announced size is reserved against ``max_bytes`` for as long as it
+Denial of service. An upload must announce a size in the window the caller gives (the model's
+expected key size, from its client specs, and a small margin for framing), so nobody reserves more
+than a real key set. Its announced size is reserved against ``max_bytes`` for as long as it
 streams (staging bytes count: concurrent uploads cannot fill the disk beyond the cap), and an
 upload is refused at once when the stored keys plus the uploads in flight leave no room for it even
 after evicting every stored key. Eviction happens only after the upload's bytes are complete, match
@@ -23,8 +25,13 @@ its own owner's least recently used keys, never another owner's. When the store 
 owners' keys the upload is refused. Without a quota (anonymous callers) the store is one shared
 pool, evicted least recently used as a whole, and a key id is the capability to use the key.
 
-The store survives restarts; on start it removes temporary files and any file or index row without
-its partner.
+A key's last-used time (what expiry and eviction go by) moves only when the caller says the key
+was used successfully (:meth:`KeyStore.mark_used`, after an evaluation), never on a mere lookup:
+cheap invalid calls naming a key id do not keep it alive.
+
+The directory must be this user's and writable by nobody else (checked at start, also when it
+already exists). The store survives restarts; on start it removes temporary files and any file or
+index row without its partner.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from petlab.owner_only import private_directory
 
 KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -86,6 +95,24 @@ class OwnerQuota:
 
 
 @dataclass(frozen=True)
+class StoreCaps:
+    """How many bytes the store holds in all, and one identified owner at most."""
+
+    store_bytes: int
+    owner_bytes: int
+
+    @classmethod
+    def for_owners(cls, key_set_bytes: int, owners: int, keys_per_owner: int) -> StoreCaps:
+        """Room for ``owners`` owners each holding ``keys_per_owner`` key sets of
+        ``key_set_bytes`` (the largest a hosted model accepts): one owner's quota is its key sets,
+        never more, so no fewer than ``owners`` owners can fill the store."""
+        if min(key_set_bytes, owners, keys_per_owner) < 1:
+            raise ValueError("the key store needs at least one owner, one key set and one byte")
+        owner = key_set_bytes * keys_per_owner
+        return cls(owner * owners, owner)
+
+
+@dataclass(frozen=True)
 class OwnerUsage:
     keys: int
     stored_bytes: int
@@ -116,8 +143,7 @@ class KeyStore:
         if quota is not None and quota.max_bytes > max_bytes:
             raise ValueError("the per-owner quota cannot exceed the key store's cap")
         self.quota = quota
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.directory = private_directory(Path(directory), "to keep evaluation keys there")
         self.max_bytes, self.idle_seconds, self._clock = int(max_bytes), float(idle_seconds), clock
         self._lock = threading.Lock()
         self._staging_bytes = 0  # announced sizes of the uploads in flight
@@ -141,11 +167,14 @@ class KeyStore:
         sha256: str,
         chunks: Iterable[bytes],
         verify: Callable[[Path], None] | None = None,
+        size_window: tuple[int, int] | None = None,
     ) -> StoredKey:
         """Stream an upload to disk; the key becomes visible only when complete and verified.
 
-        ``verify(path)`` runs on the complete staging file before anything is evicted; it raises
-        ``ValueError`` for bytes that are not what the caller expects (they are then dropped)."""
+        ``size_window``: the announced size must lie within it (after the caps are checked, so an
+        upload over a cap is still "too large"). ``verify(path)`` runs on the complete staging
+        file before anything is evicted; it raises ``ValueError`` for bytes that are not what the
+        caller expects (they are then dropped)."""
         if total_size <= 0:
             raise UploadMismatch("the upload must announce its total size in the first chunk")
         if total_size > self.max_bytes:
@@ -155,6 +184,11 @@ class KeyStore:
         if self.quota is not None and total_size > self.quota.max_bytes:
             raise OwnerQuotaExceeded(
                 f"evaluation keys of {total_size} bytes exceed your quota of {self.quota.max_bytes} bytes"
+            )
+        if size_window is not None and not size_window[0] <= total_size <= size_window[1]:
+            raise UploadMismatch(
+                f"evaluation keys for {model!r} are {size_window[0]} to {size_window[1]} bytes; "
+                f"the upload announces {total_size}"
             )
         if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
             raise UploadMismatch("the first chunk must carry the upload's SHA-256 as 64 hex digits")
@@ -208,12 +242,11 @@ class KeyStore:
     def read(self, key_id: str, model: str, owner: str | None = None) -> bytes:
         """The key's bytes, after checking it exists, has not expired and belongs to ``model``
         (and to ``owner``, when given)."""
-        path = self.touch(key_id, model, owner)
-        return path.read_bytes()
+        return self.locate(key_id, model, owner).read_bytes()
 
-    def touch(self, key_id: str, model: str, owner: str | None = None) -> Path:
-        """The key's file, marked used. ``owner``: only that owner's key is found (another owner's
-        key id is answered exactly as an unknown one)."""
+    def locate(self, key_id: str, model: str, owner: str | None = None) -> Path:
+        """The key's file (its last-used time unchanged). ``owner``: only that owner's key is found
+        (another owner's key id is answered exactly as an unknown one)."""
         if not KEY_ID_PATTERN.fullmatch(key_id or ""):
             raise MalformedKeyId("a key id is 32 lowercase hex digits, as returned by RegisterKeys")
         with self._lock:
@@ -225,9 +258,14 @@ class KeyStore:
                 raise KeyForAnotherModel(
                     f"key id {key_id} was registered for model {row[0]!r}, not {model!r}", row[0]
                 )
+        return self._path(key_id)
+
+    def mark_used(self, key_id: str) -> None:
+        """The key served an evaluation: it is now the most recently used (a forgotten key is
+        left forgotten)."""
+        with self._lock:
             self._db.execute("UPDATE keys SET last_used = ? WHERE key_id = ?", (self._clock(), key_id))
             self._db.commit()
-        return self._path(key_id)
 
     def forget(self, key_id: str) -> None:
         with self._lock:

@@ -3,10 +3,20 @@
 Every request field is validated before any work, and every failure is answered with a status and
 a sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -> NOT_FOUND; a key
 registered for another model -> FAILED_PRECONDITION; a ciphertext that does not deserialize or does
-not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED. The servicer
-validates every request and holds the keys; an evaluator (``server.knn.evaluators``: in this
-process, or on a Dask cluster) runs the evaluations and the warm-ups, and the servicer does not
-know which.
+not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED.
+
+Nothing a client sent reaches concrete before ``crypto.knn.wire_format`` has checked it against
+the model's client specs, since concrete kills the process on keys or ciphertexts that do not fit:
+an upload must announce the model's key size (within :data:`KEY_SIZE_MARGIN`) and be a key set of
+exactly the model's kinds, ids and parameters (else INVALID_ARGUMENT, and nothing is stored or
+evicted); every query and warm-up query must have the model's input type and concrete's payload
+layout; a stored key set is checked again the first time this process uses it (a store written
+before these checks, or altered on disk). A key's last-used time moves only after an evaluation
+that succeeded.
+
+The servicer validates every request and holds the keys; an evaluator (``server.knn.evaluators``:
+in this process, or on a Dask cluster) runs the evaluations and the warm-ups, and the servicer does
+not know which.
 
 Every call first names its owner (``server.common.callers``): with tokens or client certificates
 configured, an unidentified call is UNAUTHENTICATED, a key id is found only for the owner who
@@ -17,7 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -29,6 +40,7 @@ from petlab.crypto.knn.deployment import (
     parse_evaluation_keys,
 )
 from petlab.crypto.knn.model import KnnModel
+from petlab.crypto.knn.wire_format import ForeignBytes, WireFormat
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
 from petlab.server.common.call_log import logged_stream_in, logged_unary
@@ -58,6 +70,9 @@ log = logging.getLogger(__name__)
 
 MAX_QUERY_BYTES = 1 << 20
 MAX_BATCH = 64
+# an upload is the key payloads the specs give plus Cap'n Proto framing (320 bytes measured for
+# a bootstrap and a key-switching key); anything further off is not this model's key set
+KEY_SIZE_MARGIN = 64 * 1024
 
 
 @dataclass
@@ -67,10 +82,22 @@ class HostedModel:
     dataset: str
     specs: bytes = b""
     specs_sha256: str = ""
+    wire: WireFormat = field(init=False)
 
     def __post_init__(self) -> None:
         self.specs = client_specs_bytes(self.server)
         self.specs_sha256 = hashlib.sha256(self.specs).hexdigest()
+        self.wire = WireFormat.from_specs(self.specs)
+        if not self.wire.keys_checkable:
+            raise ValueError(
+                f"model {self.model.name}: its circuit uses packing key-switching keys, which this server "
+                "cannot check before running them; refusing to host it"
+            )
+
+    @property
+    def key_size_window(self) -> tuple[int, int]:
+        """The sizes an upload of this model's evaluation keys may announce."""
+        return self.wire.key_bytes, self.wire.key_bytes + KEY_SIZE_MARGIN
 
     def info(self) -> knn_pb2.ModelInfo:
         quantizer = self.model.quantizer
@@ -105,6 +132,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
         self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
         self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
+        self._checked_keys: set[str] = set()  # stored key ids whose file this process has checked
+        self._checked_lock = threading.Lock()
 
     def prepare_stored_keys(self) -> int:
         """At server start: prepare the most recently used stored keys that have a warm-up query
@@ -119,7 +148,14 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             hosted, ciphertext = by_tag.get(key.model), self._warmups.get(key.key_id)
             if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
                 continue
-            path = self._keys.touch(key.key_id, key.model)
+            path = self._keys.locate(key.key_id, key.model)
+            try:
+                self._check_stored(key.key_id, hosted, path)
+                hosted.wire.check_input(ciphertext)
+            except (ForeignBytes, OSError) as exc:
+                log.warning("stored key %s not prepared (forgotten): %s", key.key_id, exc)
+                self._forget(key.key_id)
+                continue
             ready, problem = warm_up(
                 self._evaluator, Evaluation(hosted.model.name, key.key_id, path, [ciphertext], 300.0)
             )
@@ -168,6 +204,11 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         hosted = self._model(first.model, context)
         if len(first.warmup_query) > MAX_QUERY_BYTES:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
+        if first.warmup_query:  # checked before any byte is stored
+            try:
+                hosted.wire.check_input(first.warmup_query)
+            except ForeignBytes as exc:
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
 
         def chunks():
             yield first.data
@@ -187,12 +228,15 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 first.total_size,
                 first.sha256,
                 chunks(),
-                verify=_evaluation_keys_file,
+                verify=lambda path: _check_key_file(hosted, path),
+                size_window=hosted.key_size_window,
             )
         except KeyTooLarge as exc:  # the store's cap or the owner's quota
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        with self._checked_lock:
+            self._checked_keys.add(stored.key_id)
         if first.warmup_query:
             self._warm_up(stored.key_id, hosted, first.warmup_query, context, owner)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
@@ -228,13 +272,15 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         """Validate here, evaluate wherever the evaluator runs, within the call's deadline."""
         path = self._key_path(key_id, hosted, context, owner)
         for ciphertext in ciphertexts:
-            self._check_ciphertext(ciphertext, context)
+            self._check_ciphertext(hosted, ciphertext, context)
         try:
-            return self._evaluator.classify(
+            answers = self._evaluator.classify(
                 Evaluation(
                     hosted.model.name, key_id, path, ciphertexts, context.time_remaining(), context.is_active
                 )
             )
+            self._keys.mark_used(key_id)  # only a successful evaluation keeps a key alive
+            return answers
         except KeysUnusable as exc:
             self._forget(key_id)
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -263,24 +309,47 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     def _forget(self, key_id: str) -> None:
         self._keys.forget(key_id)
         self._evaluator.forget(key_id)
+        with self._checked_lock:
+            self._checked_keys.discard(key_id)
+
+    def _check_stored(self, key_id: str, hosted: HostedModel, path: Path) -> None:
+        """Check a stored key set's file against the model the first time this process uses it
+        (``ForeignBytes`` or ``OSError``)."""
+        with self._checked_lock:
+            if key_id in self._checked_keys:
+                return
+        hosted.wire.check_keys(path.read_bytes())
+        with self._checked_lock:
+            self._checked_keys.add(key_id)
 
     def _model(self, name: str, context) -> HostedModel:
         return model_named(self._models, name, context)
 
-    def _check_ciphertext(self, data: bytes, context) -> None:
+    def _check_ciphertext(self, hosted: HostedModel, data: bytes, context) -> None:
         if len(data) > MAX_QUERY_BYTES:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}",
             )
         try:
+            hosted.wire.check_input(data)  # before concrete sees it: a foreign layout kills concrete
             parse_ciphertext(data)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
 
     def _key_path(self, key_id: str, hosted: HostedModel, context, owner: str) -> Path:
+        """The registered key set's file, checked against the model (the call ends otherwise)."""
         try:
-            return self._keys.touch(key_id, key_tag(hosted), owner if self._identities.enforced else None)
+            path = self._keys.locate(key_id, key_tag(hosted), owner if self._identities.enforced else None)
+            self._check_stored(key_id, hosted, path)
+            return path
+        except (ForeignBytes, OSError) as exc:
+            self._forget(key_id)
+            abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the registered evaluation keys are unusable: {exc}",
+            )
         except MalformedKeyId as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:
@@ -305,7 +374,10 @@ def key_tag(hosted: HostedModel) -> str:
     return f"{hosted.model.name}@{hosted.specs_sha256[:16]}"
 
 
-def _evaluation_keys_file(path) -> None:
-    """The key store's check, before it evicts anything for an upload: the bytes must parse as
-    concrete evaluation keys (``ValueError`` otherwise)."""
-    parse_evaluation_keys(path.read_bytes())
+def _check_key_file(hosted: HostedModel, path: Path) -> None:
+    """The key store's check, before it evicts anything for an upload: the bytes must be a key set
+    of exactly this model's circuit (``crypto.knn.wire_format``), and then parse as concrete
+    evaluation keys (``ValueError`` otherwise). Nothing here runs the keys."""
+    data = path.read_bytes()
+    hosted.wire.check_keys(data)
+    parse_evaluation_keys(data)

@@ -1,0 +1,181 @@
+"""Response streams (health ``Watch``, reflection's ``ServerReflectionInfo``) cannot hold the
+server (issue 23).
+
+Measured before this module (a CLI server, 8 pool threads): 8 idle ``grpc.health.v1.Health/Watch``
+streams, or 8 idle reflection streams, each from its own connection and with no credentials, held
+every thread of the pool; ``ListModels``, the controller's ``Describe`` and health ``Check`` then
+timed out until the streams were cancelled. :class:`StreamGuard` bounds every method whose responses
+stream:
+
+* **a budget** of ``slots`` streams open at once, fail-fast: one more is answered at once with
+  RESOURCE_EXHAUSTED and the ``retry-after-s`` hint; a slot is returned when the call ends, however
+  it ends (``context.add_callback``);
+* **threads of their own**: a stream whose behaviour blocks (reflection waits in its thread for the
+  next request) runs on the guard's pool of ``slots + SPARE_THREADS`` threads
+  (grpc's ``experimental_thread_pool``), never on the server's pool, so no stream takes a thread
+  from the controller or the k-NN calls; a non-blocking stream (health ``Watch``, kept non-blocking
+  by ``server.common.handlers``) holds no thread at all, only its slot;
+* **time limits**: every stream is cancelled ``lifetime_seconds`` after it opened (a health client
+  watches again), and a stream that also reads requests (reflection) when no request has come for
+  ``idle_seconds``. One watcher thread serves every stream.
+
+Limits: the budget is shared by all callers, so a caller holding every slot keeps other *streams*
+out (for at most ``lifetime_seconds``), never unary calls. ``--max-concurrent-rpcs`` counts the
+blocking streams too: it must exceed ``slots`` plus the pool's threads (``ServerOptions`` checks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import grpc
+
+from petlab.server.common.admission import RETRY_AFTER_SECONDS
+from petlab.server.common.handlers import RESPONSE_STREAMS, Behavior, is_non_blocking, rewrap
+from petlab.server.common.rpc_errors import abort
+
+log = logging.getLogger(__name__)
+
+SPARE_THREADS = 2  # answer refusals while every slot holds a thread
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    slots: int = 8
+    idle_seconds: float = 60.0
+    lifetime_seconds: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.idle_seconds <= 0 or self.lifetime_seconds <= 0:
+            raise ValueError("stream slots and stream time limits must be positive")
+
+
+@dataclass
+class _Stream:
+    method: str
+    context: grpc.ServicerContext
+    ends: float  # the lifetime's end
+    idle_seconds: float | None  # None: the stream reads no requests
+    last_request: float
+
+
+class StreamGuard(grpc.ServerInterceptor):
+    """The budget, threads and time limits of response streams (module docstring)."""
+
+    def __init__(self, limits: StreamLimits, clock: Callable[[], float] = time.monotonic):
+        self.limits, self._clock = limits, clock
+        self._slots = threading.BoundedSemaphore(limits.slots)
+        self.pool = ThreadPoolExecutor(limits.slots + SPARE_THREADS, thread_name_prefix="petlab-stream")
+        self._open: dict[int, _Stream] = {}
+        self._ids = itertools.count()
+        self._wake = threading.Condition()
+        self._stopped = False
+        threading.Thread(target=self._watch, name="petlab-stream-limits", daemon=True).start()
+
+    def open_streams(self) -> int:
+        with self._wake:
+            return len(self._open)
+
+    def close(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or not handler.response_streaming:
+            return handler
+        method, reads = handler_call_details.method, handler.request_streaming
+        return rewrap(handler, lambda behavior: self._guarded(behavior, method, reads), RESPONSE_STREAMS)
+
+    def _guarded(self, behavior: Behavior, method: str, reads_requests: bool) -> Behavior:
+        def guarded(request, context, *callback):
+            if not self._slots.acquire(blocking=False):
+                context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
+                abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the server has {self.limits.slots} streams open, its limit; "
+                    f"retry in {RETRY_AFTER_SECONDS} seconds",
+                )
+            stream_id = self._register(method, context, reads_requests)
+            released = threading.Event()
+
+            def release() -> None:
+                if not released.is_set():
+                    released.set()
+                    with self._wake:
+                        self._open.pop(stream_id, None)
+                    self._slots.release()
+
+            if not context.add_callback(release):  # the call has already ended
+                release()
+            if reads_requests:
+                request = self._tracked(stream_id, request)
+            return behavior(request, context, *callback)
+
+        if not is_non_blocking(behavior) and not hasattr(behavior, "experimental_thread_pool"):
+            guarded.experimental_thread_pool = self.pool  # type: ignore[attr-defined]
+        return guarded
+
+    def _register(self, method: str, context, reads_requests: bool) -> int:
+        now = self._clock()
+        stream = _Stream(
+            method,
+            context,
+            now + self.limits.lifetime_seconds,
+            self.limits.idle_seconds if reads_requests else None,
+            now,
+        )
+        stream_id = next(self._ids)
+        with self._wake:
+            self._open[stream_id] = stream
+            self._wake.notify()
+        return stream_id
+
+    def _tracked(self, stream_id: int, requests: Iterator) -> Iterator:
+        for request in requests:
+            with self._wake:
+                stream = self._open.get(stream_id)
+                if stream is not None:
+                    stream.last_request = self._clock()
+                    self._wake.notify()
+            yield request
+
+    def _watch(self) -> None:
+        while True:
+            with self._wake:
+                if self._stopped:
+                    return
+                now = self._clock()
+                late = [(sid, s, _reason(s, now)) for sid, s in self._open.items() if _reason(s, now)]
+                for sid, _, _ in late:
+                    del self._open[sid]  # the slot comes back through the call's callback
+                if not late:
+                    ends = [_next_end(s) for s in self._open.values()]
+                    self._wake.wait(timeout=max(min(ends) - now, 0.05) if ends else None)
+                    continue
+            for _, stream, reason in late:
+                log.info("%s stream cancelled: %s", stream.method, reason)
+                stream.context.cancel()
+
+
+def _next_end(stream: _Stream) -> float:
+    if stream.idle_seconds is None:
+        return stream.ends
+    return min(stream.ends, stream.last_request + stream.idle_seconds)
+
+
+def _reason(stream: _Stream, now: float) -> str:
+    if now >= stream.ends:
+        return "open longer than the stream time limit"
+    if stream.idle_seconds is not None and now >= stream.last_request + stream.idle_seconds:
+        return f"no request for {stream.idle_seconds:g} s"
+    return ""

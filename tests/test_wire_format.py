@@ -1,0 +1,186 @@
+"""concrete's key sets and ciphertexts checked against a circuit's client specs without concrete
+(``crypto.knn.wire_format``, issue 23), on real keys: Iris at n = 10 and Wine at n = 6, compiled as
+``petlab-server`` compiles them. Hostile variants are built from the real messages with pycapnp.
+Which of them kill concrete is measured in ``tests/test_foreign_keys.py`` (through a server
+process) and in the issue's notes; here: each is refused, and only what concrete itself writes passes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.wire_format import (
+    BLOB_BYTES,
+    SCHEMA,
+    ForeignBytes,
+    blob_cut,
+    payload_bytes,
+)
+
+pytestmark = pytest.mark.slow  # real key generation (about 2 s per model)
+
+IRIS, WINE = ("iris", KnnSettings(n=10, k=3)), ("wine", KnnSettings(n=6, k=3))
+
+
+@pytest.fixture(scope="module")
+def iris(keyed_model):
+    return keyed_model(*IRIS)
+
+
+@pytest.fixture(scope="module")
+def wine(keyed_model):
+    return keyed_model(*WINE)
+
+
+@pytest.fixture(scope="module")
+def iris_keys(iris) -> bytes:
+    return iris[1].evaluation_keys_bytes()
+
+
+def _edited_keys(data: bytes, edit) -> bytes:
+    with SCHEMA.ServerKeyset.from_bytes(data, traversal_limit_in_words=len(data)) as reader:
+        builder = reader.as_builder()
+    edit(builder)
+    return builder.to_bytes()
+
+
+def _edited_value(data: bytes, edit) -> bytes:
+    with SCHEMA.Value.from_bytes(data) as reader:
+        builder = reader.as_builder()
+    edit(builder)
+    return builder.to_bytes()
+
+
+def _cut(message, pieces: list[bytes]) -> None:
+    blobs = message.payload.init("data", len(pieces))
+    for i, piece in enumerate(pieces):
+        blobs[i] = piece
+
+
+def _payload(message) -> bytes:
+    return b"".join(bytes(blob) for blob in message.payload.data)
+
+
+def test_payload_sizes_are_what_concrete_writes(iris, wine):
+    """The size formula against real keys of both circuits (bootstrap keys with k = 2, N = 1024
+    and k = 1, N = 2048; seeded compression), and the framing is a few hundred bytes."""
+    for hosted, client in (iris, wine):
+        data = client.evaluation_keys_bytes()
+        with SCHEMA.ServerKeyset.from_bytes(data, traversal_limit_in_words=len(data)) as keyset:
+            for kind in ("lweBootstrapKeys", "lweKeyswitchKeys"):
+                for key in getattr(keyset, kind):
+                    size = sum(len(blob) for blob in key.payload.data)
+                    assert size == payload_bytes(kind, key.info.to_dict())
+        assert 0 < len(data) - hosted.wire.key_bytes < 1024
+    assert blob_cut(10) == [10] and blob_cut(BLOB_BYTES + 8) == [BLOB_BYTES, 8]
+    assert (
+        payload_bytes(
+            "lweKeyswitchKeys",
+            {
+                "compression": "none",
+                "params": {"inputLweDimension": 2048, "levelCount": 3, "outputLweDimension": 800},
+            },
+        )
+        == 2048 * 3 * 801 * 8
+    )
+
+
+def test_genuine_keys_and_queries_pass(iris, wine):
+    for hosted, client in (iris, wine):
+        hosted.wire.check_keys(client.evaluation_keys_bytes())
+        hosted.wire.check_input(client.encrypt(np.zeros(hosted.model.d, dtype=np.int64)))
+
+
+def test_another_data_sets_keys_and_queries_are_refused(iris, wine):
+    (iris_hosted, iris_client), (wine_hosted, wine_client) = iris, wine
+    with pytest.raises(ForeignBytes, match="made for another circuit"):
+        iris_hosted.wire.check_keys(wine_client.evaluation_keys_bytes())
+    with pytest.raises(ForeignBytes, match="made for another circuit"):
+        wine_hosted.wire.check_keys(iris_client.evaluation_keys_bytes())
+    with pytest.raises(ForeignBytes, match="does not fit this model"):
+        iris_hosted.wire.check_input(wine_client.encrypt(np.zeros(13, dtype=np.int64)))
+
+
+HEADER_EDITS = {
+    "polynomial size": lambda k: setattr(k.lweBootstrapKeys[0].info.params, "polynomialSize", 2048),
+    "level count": lambda k: setattr(k.lweKeyswitchKeys[0].info.params, "levelCount", 3),
+    "compression": lambda k: setattr(k.lweBootstrapKeys[0].info, "compression", "none"),
+    "input key id": lambda k: setattr(k.lweBootstrapKeys[0].info, "inputId", 0),
+    "key id": lambda k: setattr(k.lweKeyswitchKeys[0].info, "id", 1),
+    "variance": lambda k: setattr(k.lweBootstrapKeys[0].info.params, "variance", 1e-30),
+    "a key missing": lambda k: k.init("lweKeyswitchKeys", 0),
+    "a packing key added": lambda k: k.init("packingKeyswitchKeys", 1),
+}
+
+
+@pytest.mark.parametrize("edit", HEADER_EDITS)
+def test_keys_with_another_description_are_refused(iris, iris_keys, edit):
+    """Each of these, in a key set that otherwise is the model's, killed concrete (SIGSEGV) or ran
+    another circuit's parameters when measured; each is refused."""
+    with pytest.raises(ForeignBytes):
+        iris[0].wire.check_keys(_edited_keys(iris_keys, HEADER_EDITS[edit]))
+
+
+def test_payloads_of_another_size_or_cut_are_refused(iris, iris_keys):
+    """Same bytes cut into three blobs: concrete copies blob i at word i x (2^29 - 2) / 8 and writes
+    outside its buffer (SIGSEGV measured). Truncated, extended and padded payloads too."""
+    wire = iris[0].wire
+
+    def recut(pieces):
+        return lambda keyset: _cut(keyset.lweBootstrapKeys[0], pieces(_payload(keyset.lweBootstrapKeys[0])))
+
+    for pieces in (
+        lambda p: [p[:1000], p[1000:5000], p[5000:]],
+        lambda p: [p, b""],
+        lambda p: [p[:-8]],
+        lambda p: [p + bytes(4096)],
+    ):
+        with pytest.raises(ForeignBytes, match="payload bytes"):
+            wire.check_keys(_edited_keys(iris_keys, recut(pieces)))
+    with pytest.raises(ForeignBytes, match="framing"):  # trailing bytes: concrete reads them anyway
+        wire.check_keys(iris_keys + bytes(8))
+    with pytest.raises(ForeignBytes, match=r"segment table|framing"):
+        wire.check_keys(os.urandom(4096))
+
+
+def test_payload_values_are_not_interpreted(iris, iris_keys):
+    """Random bytes in the model's layout pass: concrete runs them and returns garbage to their
+    sender (measured: no crash), so there is nothing to refuse."""
+
+    def scramble(keyset):
+        key = keyset.lweBootstrapKeys[0]
+        _cut(key, [os.urandom(len(_payload(key)))])
+
+    iris[0].wire.check_keys(_edited_keys(iris_keys, scramble))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda v: _cut(v, [_payload(v)[:48], _payload(v)[48:]]),  # killed concrete (SIGSEGV)
+        lambda v: _cut(v, [_payload(v)[:-8]]),
+        lambda v: v.rawInfo.shape.init("dimensions", 1),
+        lambda v: setattr(v.typeInfo.lweCiphertext.encryption, "lweDimension", 771),
+        lambda v: setattr(v.typeInfo.lweCiphertext, "compression", "none"),
+    ],
+)
+def test_queries_of_another_type_or_cut_are_refused(iris, edit):
+    hosted, client = iris
+    query = client.encrypt(np.zeros(hosted.model.d, dtype=np.int64))
+    with pytest.raises(ForeignBytes):
+        hosted.wire.check_input(_edited_value(query, edit))
+
+
+def test_a_refusal_quotes_little_of_what_the_sender_chose(iris):
+    """The refusal goes back in the call's status: a query with 5,000 dimensions is named, not
+    echoed."""
+    hosted, client = iris
+    query = client.encrypt(np.zeros(hosted.model.d, dtype=np.int64))
+    huge = _edited_value(query, lambda v: v.rawInfo.shape.init("dimensions", 5000))
+    with pytest.raises(ForeignBytes) as refusal:
+        hosted.wire.check_input(huge)
+    assert len(str(refusal.value)) < 300
