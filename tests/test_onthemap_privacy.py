@@ -300,44 +300,52 @@ def _empty_blocks_within(t: int, empty: int, a: float, bound: int) -> float:
 
 def test_shrunk_prior_bounds_the_exact_probability_of_leaving_gamma_rep():
     """Exact computation on a small geography: for every kept domain within the public bounds (k'
-    from k_low to all blocks, at most empty_high empty) and every data set of n = 3 workers,
-    Algorithm 1 with the chosen prior leaves gamma-Rep with probability at most delta_tails; the
-    full-domain prior of the code before issue 16's fix does not.
+    inside blocks from k_low to all, at most empty_high empty, and the beyond cell B) and every data
+    set of n = 3 workers (0 to 3 of them beyond), Algorithm 1 with the chosen prior leaves gamma-Rep
+    with probability at most delta_tails; the full-domain prior of the code before issue 16's fix
+    does not.
 
-    By the aggregation property, the synthetic counts of the r non-empty blocks and the total t on
-    the e empty ones are DirMult(n; x_1 + a, ..., x_r + a, e a), and given t the empty blocks get
-    the symmetric DirMult(t; a, ..., a)."""
+    By the aggregation property, the synthetic counts of the r non-empty blocks, the total t on
+    the e empty ones and B's are DirMult(n; x_1 + a, ..., x_r + a, e a, n_B + n / gamma), and
+    given t the empty blocks get the symmetric DirMult(t; a, ..., a)."""
     epsilon, delta_tails = 1.2, 0.16
     gamma = math.expm1(epsilon)
     band_blocks, keep = np.array([[4, 40]]), np.array([1.0, 0.5])
     bounds = shrunk_domain_bounds(band_blocks, keep, 0.02)
     n, blocks = 3, int(band_blocks.sum())
+    alpha_beyond = n / gamma
 
     def worst_leaving_rep(alpha: float, smallest: int, most_empty: int) -> float:
         worst = 0.0
-        for real in ([3], [2, 1], [1, 1, 1]):
-            x = np.array(real)
-            for k in range(max(smallest, len(real) + 1), blocks + 1):
+        for real in ([3], [2, 1], [1, 1, 1], [2], [1, 1], [1], []):
+            x, beyond = np.array(real, dtype=int), n - sum(real)
+            for k in range(max(smallest, len(real), 1), blocks + 1):
                 empty = k - len(real)
                 if empty > most_empty:
                     continue
+                cells = np.r_[x, 0, beyond]
+                priors = np.r_[np.full(len(x), alpha), empty * alpha, alpha_beyond]
+                if empty == 0:
+                    cells, priors = np.delete(cells, len(x)), np.delete(priors, len(x))
                 stays = 0.0
-                for output in compositions(n, len(real) + 1):
-                    if not in_rep(output[:-1], x, alpha, gamma):
+                for output in compositions(n, len(cells)):
+                    inside, rest = output[: len(x)], output[len(x) :]
+                    if not in_rep(inside, x, alpha, gamma) or not in_rep(
+                        rest[-1:], np.array([beyond]), alpha_beyond, gamma
+                    ):
                         continue
-                    p = math.exp(
-                        dirichlet_multinomial_logpmf(
-                            output, np.r_[x, 0], np.r_[np.full(len(x), alpha), empty * alpha]
+                    p = math.exp(dirichlet_multinomial_logpmf(output, cells, priors))
+                    if empty:
+                        p *= _empty_blocks_within(
+                            int(rest[0]), empty, alpha, math.floor(gamma * alpha * SLACK)
                         )
-                    )
-                    stays += p * _empty_blocks_within(
-                        int(output[-1]), empty, alpha, math.floor(gamma * alpha * SLACK)
-                    )
+                    stays += p
                 worst = max(worst, 1 - stays)
         return worst
 
-    alpha = float(shrunk_union_tail_alphas(np.array([n]), bounds, epsilon, delta_tails)[0])
-    assert bounds.k_low[0] >= 2 and alpha < n / gamma  # a real search, not the pure-DP fallback
+    inside_blocks = band_blocks.sum(axis=1)
+    alpha = float(shrunk_union_tail_alphas(np.array([n]), bounds, epsilon, delta_tails, inside_blocks)[0])
+    assert bounds.k_low[0] >= 2 and alpha < n / gamma  # a real search, not the pure-DP prior
     assert 0 < worst_leaving_rep(alpha, bounds.k_low[0], bounds.empty_high[0]) <= delta_tails
     full = float(union_tail_alphas(n, blocks, epsilon, delta_tails)[0])
     assert worst_leaving_rep(full, bounds.k_low[0], bounds.empty_high[0]) > delta_tails
