@@ -109,10 +109,10 @@ def run_figures(workers: int, seed: int, sample: int, out: Path) -> int:
     chosen = np.sort(rng.choice(np.unique(destination), size=sample, replace=False))
 
     summary, per_block = [], []
-    cell = grid.cell_of_block  # inside the last band exactly as the release decides it (grid rings)
-    inside = grid.ring(cell[destination], cell[origin]) < DistanceBands().ring_edges(1.0)[-1]
+    ring = grid.ring(grid.cell_of_block[destination], grid.cell_of_block[origin])  # as the release has it
     for name, bands in CONFIGURATIONS.items():
         started = time.perf_counter()
+        inside = ring < bands.ring_edges(1.0)[-1]
         rows = inside if name == DROPPED else np.ones(len(destination), dtype=bool)
         result = release(
             destination[rows],

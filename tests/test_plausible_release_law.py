@@ -126,4 +126,4 @@ def test_an_empty_seed_set_fails_the_run_without_error():
     fitted = FittedModel(MODEL, structure=None, seeds=SEEDS[:0], parameters_budget=None)  # type: ignore[arg-type]
     config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0)
     run = synthesize(fitted, 2, config, np.random.default_rng(0), SeededNoise(0))
-    assert len(run.records) == 0 and run.candidates == candidate_limit(2) == 4
+    assert len(run.records) == 0 and run.candidates == candidate_limit(2) == 8

@@ -173,7 +173,7 @@ def test_plausible_prints_no_input_count_and_the_same_statement_for_any_input(tm
     for text in printed:
         for figure in ("1999", "1,999", "2000", "2,000", "399", "600", "1000"):  # n, and n x the shares
             assert figure not in text
-    assert "at most 100 runs" in statements[0] and "exit status" in statements[0]
+    assert "at most 200 runs" in statements[0] and "exit status" in statements[0]
     assert "says nothing" not in statements[0]
     failed = main(["plausible", "--data", str(tmp_path / "larger.csv"), "--count", "50", "--k", "30",
                    "--omega", "11", "--seed", "1", "--max-candidates", "20",

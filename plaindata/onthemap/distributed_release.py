@@ -2,7 +2,7 @@
 
 Every step of :func:`petlab.plaindata.onthemap.release.release` acts on one destination at a time
 (its domain, its prior, Algorithm 2's kept blocks, Algorithm 1 with accept/reject, the naming of
-new blocks): alpha(d) is a function of the destination's own public n(d) and band sizes
+new blocks): alpha(d) is a function of the destination's own public N(d) and band sizes
 (:func:`~petlab.plaindata.onthemap.release.choose_alphas`), so the privacy accounting per
 destination is exactly what one process would choose, however destinations are partitioned. The
 driver
@@ -16,7 +16,8 @@ driver
 3. scatters each partition's pairs straight to a worker (the scheduler holds keys, not data) and
    has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
    the output directory (which every worker must reach: a shared file system, or an fsspec URL
-   such as ``s3://...``), and return only its privacy summary and counts.
+   such as ``s3://...``), and return only its priors' summary (public) and counts; the driver
+   states the release's cost once (:func:`~petlab.plaindata.onthemap.accounting.release_cost`).
 
 Given alpha, destinations are independent in the single-process release as well, so the output's
 law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's

@@ -36,9 +36,9 @@ P(Bin(L, p_D) < count)) would still need its own accounting. So we print 1.
 
 The cost of 1 is a statement over L runs instead of ``count`` records. The default L is
 :data:`~petlab.plaindata.plausible.synthesis.CANDIDATES_PER_RECORD` x ``count`` (it was 100 x):
-at the pass rates measured on the ACS data (85% at 100,000 records, k = 50, omega 9) a run then
-fails with negligible probability, and the statement is twice the per-record one rather than a
-hundred times.
+at the pass rates measured on the ACS data (k = 50, omega 9: 85% at 100,000 records, 29% on the
+shipped 5,000-record sample) a run then fails with negligible probability (P(Bin(4000, 0.29) <
+1000) ~ 1e-9), and the statement is four times the per-record one rather than a hundred times.
 
 **2. The three subsets: parallel composition.** For D' = D + {r}, couple the assignments of D's
 records; r lands in subset s with probability pi_s, and then only subset s differs (by r).

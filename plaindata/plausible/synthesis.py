@@ -54,7 +54,7 @@ from petlab.plaindata.plausible.bayes_structure import Structure, learn_structur
 from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
 
-CANDIDATES_PER_RECORD = 2  # default runs of Mechanism 1 per requested record (see .accounting)
+CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record (see .accounting)
 
 
 @dataclass(frozen=True)
