@@ -26,9 +26,14 @@ in log space throughout:
   mass rho at the boundary and a geometric tail factor; the exact tails are tighter (a smaller
   alpha for the same (eps, delta), ``tests/test_onthemap_privacy.py``) and always admit a solution:
   a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
-  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once.
-* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here).
-  A^{a/r} reruns Algorithm 1 until the output lies in gamma-Good(X), the union of gamma-Rep(X')
+  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once, with the
+  tails summed term by term (:func:`log_beta_binomial_sf`; scipy's 1 - cdf lost them) and a
+  relative margin of 1e-9 upwards. With the release's beyond cell (prior n / gamma, which never
+  leaves gamma-Rep) the union runs over the inside blocks only and every tail sees the cell's
+  prior mass: :func:`shrunk_union_tail_alphas`.
+* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here for
+  a mechanism A; the release applies it to Algorithms 2 and 1 together, see its docstring).
+  A^{a/r} reruns A until the output lies in gamma-Good(X), the union of gamma-Rep(X')
   over the neighbours X' of X (X itself included). Let p bound P(A(X) not in gamma-Rep(X)) for
   every X. For neighbours X, X' and an output S in gamma-Rep(X): S is in gamma-Good(X) and in
   gamma-Good(X') (X is a neighbour of X'), so
