@@ -198,6 +198,8 @@ def test_release_rejects_bad_input():
         release([0], [1], [0], grid, 4.6, 1e-5)
     with pytest.raises(ValueError, match="grid's blocks"):
         release([0], [99], [1], grid, 4.6, 1e-5)
+    with pytest.raises(ValueError, match="no O/D pairs"):
+        release([], [], [], grid, 4.6, 1e-5)
     with pytest.raises(ValueError, match="keep"):
         DistanceBands(edges_miles=(0.0, 1.0), keep=(0.0,))
 

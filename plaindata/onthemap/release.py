@@ -189,7 +189,9 @@ def release(
     bands = bands or DistanceBands()
     rng = rng or release_generator()  # the caller passes a seeded generator for tests
     destination, origin, count = _aggregate(destination, origin, count)
-    if len(destination) and max(destination.max(), origin.max()) >= grid.blocks:
+    if not len(destination):
+        raise ValueError("no O/D pairs to release")
+    if max(destination.max(), origin.max()) >= grid.blocks:
         raise ValueError("block indices must refer to the grid's blocks")
     progress = tqdm(total=6, desc="onthemap", disable=not show_progress)
     ring_edges = bands.ring_edges(cell_miles)
