@@ -89,14 +89,11 @@ def seeds_cost(config: PlausibleConfig, count: int, limit: int) -> PrivacyCost |
 def release_cost(fitted: FittedModel, config: PlausibleConfig, count: int, limit: int) -> PrivacyCost | None:
     """The whole release (part 2 of the module docstring); None when some part has no DP."""
     seeds = seeds_cost(config, count, limit)
-    model = fitted.model_budget
-    if seeds is None or model is None or fitted.structure.budget is None or fitted.parameters_budget is None:
+    structure, parameters = fitted.structure.budget, fitted.parameters_budget
+    if seeds is None or structure is None or parameters is None:
         return None
     shares = "/".join(f"{share:g}" for share in config.split)
-    return parallel(
-        [fitted.structure.budget, fitted.parameters_budget, seeds],
-        f"plausible-deniability release (k = {config.k}, gamma = {config.gamma:g}, omega = {config.omega})",
-    ).named(
+    return parallel([structure, parameters, seeds]).named(
         "plausible-deniability release",
         f"parallel composition: each record assigned to D_S/D_P/D_T independently w.p. {shares}",
     )
@@ -104,13 +101,10 @@ def release_cost(fitted: FittedModel, config: PlausibleConfig, count: int, limit
 
 def report_lines(fitted: FittedModel, config: PlausibleConfig, count: int, limit: int) -> list[str]:
     """What ``petlab-synth plausible`` prints, for a successful run and a failed one alike."""
+    out = [f"plausible deniability: k = {config.k}, gamma = {config.gamma:g}, omega = {config.omega}"]
     cost = release_cost(fitted, config, count, limit)
     if cost is not None:
-        return [
-            f"plausible deniability: k = {config.k}, gamma = {config.gamma:g}, omega = {config.omega}",
-            *cost.lines(),
-        ]
-    out = [f"plausible deniability: k = {config.k}, gamma = {config.gamma:g}, omega = {config.omega}"]
+        return [*out, *cost.lines()]
     if fitted.model_budget is None:
         out.append("model: learned WITHOUT noise (no differential privacy for D_S and D_P)")
     else:
