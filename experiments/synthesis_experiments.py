@@ -81,7 +81,7 @@ def onthemap_experiments(workers: int, seed: int, epsilons, p_mins, progress=Non
             "eps": eps,
             "delta": 1e-6,
             "p_min": p_min,
-            "eps_prime": result.privacy.epsilon_after_shrinking,
+            "eps_prime": result.privacy.epsilon,
         }
         for _, r in imse.iterrows():
             row[f"imse_{r['class']}"] = r["root_average_imse"]
@@ -149,7 +149,7 @@ def plausible_experiments(frame: pd.DataFrame, omegas, seed: int, per_class: int
     for omega in omegas:
         config = PlausibleConfig(k=k, omega=omega)
         fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng)
-        run = synthesize(fitted, size, config, rng)
+        run = synthesize(fitted, size, config, rng, max_candidates=100 * size)  # an evaluation
         sets[f"omega={omega}"] = schema.decode(run.records)[list(frame.columns)]
         rates[f"omega={omega}"] = run.pass_rate
         if progress is not None:

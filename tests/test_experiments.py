@@ -113,7 +113,7 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
         == 0
     )
     summary = pd.read_csv(figures / "onthemap_figures.csv")
-    assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean"]
+    assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean", "200mi-dropped", "100mi-dropped"]
     assert (summary.mean_added_all > 0).all() and (summary.eps_prime <= 8.6).all()
     assert all((figures / f"figure_{n}.png").stat().st_size > 0 for n in (1, 2, 3, 4))
     counts = tmp_path / "counts.md"

@@ -4,6 +4,7 @@ exhaustive enumeration on tiny domains."""
 import itertools
 import math
 from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from petlab.plaindata.onthemap.privacy import (
     dp_alpha,
     gamma_good,
     gamma_good_by_group,
+    log_beta_binomial_sf,
     log_rho,
     log_union_tail,
     pdp_alpha,
@@ -300,44 +302,90 @@ def _empty_blocks_within(t: int, empty: int, a: float, bound: int) -> float:
 
 def test_shrunk_prior_bounds_the_exact_probability_of_leaving_gamma_rep():
     """Exact computation on a small geography: for every kept domain within the public bounds (k'
-    from k_low to all blocks, at most empty_high empty) and every data set of n = 3 workers,
-    Algorithm 1 with the chosen prior leaves gamma-Rep with probability at most delta_tails; the
-    full-domain prior of the code before issue 16's fix does not.
+    inside blocks from k_low to all, at most empty_high empty, and the beyond cell B) and every data
+    set of n = 3 workers (0 to 3 of them beyond), Algorithm 1 with the chosen prior leaves gamma-Rep
+    with probability at most delta_tails; the full-domain prior of the code before issue 16's fix
+    does not.
 
-    By the aggregation property, the synthetic counts of the r non-empty blocks and the total t on
-    the e empty ones are DirMult(n; x_1 + a, ..., x_r + a, e a), and given t the empty blocks get
-    the symmetric DirMult(t; a, ..., a)."""
+    By the aggregation property, the synthetic counts of the r non-empty blocks, the total t on
+    the e empty ones and B's are DirMult(n; x_1 + a, ..., x_r + a, e a, n_B + n / gamma), and
+    given t the empty blocks get the symmetric DirMult(t; a, ..., a)."""
     epsilon, delta_tails = 1.2, 0.16
     gamma = math.expm1(epsilon)
     band_blocks, keep = np.array([[4, 40]]), np.array([1.0, 0.5])
     bounds = shrunk_domain_bounds(band_blocks, keep, 0.02)
     n, blocks = 3, int(band_blocks.sum())
+    alpha_beyond = n / gamma
 
     def worst_leaving_rep(alpha: float, smallest: int, most_empty: int) -> float:
         worst = 0.0
-        for real in ([3], [2, 1], [1, 1, 1]):
-            x = np.array(real)
-            for k in range(max(smallest, len(real) + 1), blocks + 1):
+        for real in ([3], [2, 1], [1, 1, 1], [2], [1, 1], [1], []):
+            x, beyond = np.array(real, dtype=int), n - sum(real)
+            for k in range(max(smallest, len(real), 1), blocks + 1):
                 empty = k - len(real)
                 if empty > most_empty:
                     continue
+                cells = np.r_[x, 0, beyond]
+                priors = np.r_[np.full(len(x), alpha), empty * alpha, alpha_beyond]
+                if empty == 0:
+                    cells, priors = np.delete(cells, len(x)), np.delete(priors, len(x))
                 stays = 0.0
-                for output in compositions(n, len(real) + 1):
-                    if not in_rep(output[:-1], x, alpha, gamma):
+                for output in compositions(n, len(cells)):
+                    inside, rest = output[: len(x)], output[len(x) :]
+                    if not in_rep(inside, x, alpha, gamma) or not in_rep(
+                        rest[-1:], np.array([beyond]), alpha_beyond, gamma
+                    ):
                         continue
-                    p = math.exp(
-                        dirichlet_multinomial_logpmf(
-                            output, np.r_[x, 0], np.r_[np.full(len(x), alpha), empty * alpha]
+                    p = math.exp(dirichlet_multinomial_logpmf(output, cells, priors))
+                    if empty:
+                        p *= _empty_blocks_within(
+                            int(rest[0]), empty, alpha, math.floor(gamma * alpha * SLACK)
                         )
-                    )
-                    stays += p * _empty_blocks_within(
-                        int(output[-1]), empty, alpha, math.floor(gamma * alpha * SLACK)
-                    )
+                    stays += p
                 worst = max(worst, 1 - stays)
         return worst
 
-    alpha = float(shrunk_union_tail_alphas(np.array([n]), bounds, epsilon, delta_tails)[0])
-    assert bounds.k_low[0] >= 2 and alpha < n / gamma  # a real search, not the pure-DP fallback
+    inside_blocks = band_blocks.sum(axis=1)
+    alpha = float(shrunk_union_tail_alphas(np.array([n]), bounds, epsilon, delta_tails, inside_blocks)[0])
+    assert bounds.k_low[0] >= 2 and alpha < n / gamma  # a real search, not the pure-DP prior
     assert 0 < worst_leaving_rep(alpha, bounds.k_low[0], bounds.empty_high[0]) <= delta_tails
     full = float(union_tail_alphas(n, blocks, epsilon, delta_tails)[0])
     assert worst_leaving_rep(full, bounds.k_low[0], bounds.empty_high[0]) > delta_tails
+
+
+def _exact_tail(bound: int, n: int, a: float, b: float) -> Fraction:
+    """P(BetaBinomial(n; a, b) > bound) as an exact rational: C(n, j) (a)_j (b)_{n-j} / (a + b)_n
+    with rising factorials of the floats' exact values."""
+    a_, b_ = Fraction(a), Fraction(b)
+
+    def rising(x: Fraction, k: int) -> Fraction:
+        out = Fraction(1)
+        for i in range(k):
+            out *= x + i
+        return out
+
+    terms = sum(math.comb(n, j) * rising(a_, j) * rising(b_, n - j) for j in range(bound + 1, n + 1))
+    return terms / rising(a_ + b_, n)
+
+
+def test_beta_binomial_tails_are_exact_where_the_priors_are_chosen():
+    """The tails of the union bound at the priors the search returns (eps 4.6, delta 1e-5, the
+    paper's 233,726 blocks), against exact rationals: within a relative 1e-9. scipy's
+    ``betabinom.sf`` (1 - cdf), which the search used before, is off by 45% to 200% there."""
+    gamma, k = math.expm1(4.6), 233_726
+    worst_scipy = 0.0
+    for n in (5, 15, 60):
+        a = float(union_tail_alphas(n, k, 4.6, 1e-5)[0])
+        for x in (0, 1):
+            bound = math.floor(gamma * (a + max(x - 1, 0)))
+            exact = _exact_tail(bound, n, x + a, n - x + (k - 1) * a)
+            ours = math.exp(float(log_beta_binomial_sf(bound, n, x + a, n - x + (k - 1) * a)))
+            assert abs(Fraction(ours) - exact) <= 1e-9 * exact
+            scipy_value = stats.betabinom.sf(bound, n, x + a, n - x + (k - 1) * a)
+            worst_scipy = max(worst_scipy, abs(float((Fraction(float(scipy_value)) - exact) / exact)))
+    assert worst_scipy > 0.4
+    # an empty tail, a certain one, and arrays of mixed shapes
+    assert log_beta_binomial_sf(5, 5, 1.0, 1.0) == -np.inf
+    assert log_beta_binomial_sf(-1, 5, 1.0, 1.0) == pytest.approx(0.0, abs=1e-12)
+    many = log_beta_binomial_sf(np.array([0, 1, 2]), 4, 0.5, np.array([[3.0], [7.0]]))
+    assert many.shape == (2, 3) and (np.diff(many, axis=1) < 0).all()

@@ -98,26 +98,32 @@ Y = [0.5, 0.5, 1.5, 0.5, 3.5, 2.5, 9.5, 0.0]
 BANDS = DistanceBands(edges_miles=(0.0, 2.0, 4.0), keep=(1.0, 0.5))
 
 
-def exact_release_law(counts: np.ndarray, alpha: float, gamma: float, keep_band_1: float) -> dict:
-    """Mixture over the kept subsets of the empty band-1 blocks of Algorithm 1 on the shrunk
-    domain, conditioned on gamma-Good (the paper's accept/reject)."""
-    law: dict = {}
+def exact_release_law(
+    counts: np.ndarray, alpha: float, gamma: float, keep_band_1: float, beyond: int = 1
+) -> dict:
+    """The paper's law with the beyond cell (``release``'s docstring): cells are the six domain
+    blocks and B (``beyond`` real workers, prior N / gamma); Algorithm 2 keeps the empty band-1
+    blocks, Algorithm 1 draws N workers on the kept cells, and accept/reject on gamma-Good redraws
+    both; the output is the six blocks' counts (B dropped)."""
+    real = np.r_[counts, beyond]
+    total = int(real.sum())
+    priors = np.r_[np.full(6, alpha), total / gamma]
+    base: dict = {}
     empty_far = [i for i in (3, 4, 5) if counts[i] == 0]
     for kept in itertools.product([False, True], repeat=len(empty_far)):
         weight = math.prod(keep_band_1 if k else 1 - keep_band_1 for k in kept)
-        domain = [i for i in range(6) if i < 3 or counts[i] > 0 or (empty_far and kept[empty_far.index(i)])]
-        n = counts[domain]
-        outputs = [np.array(o) for o in _compositions(int(counts.sum()), len(domain))]
-        probabilities = np.array(
-            [math.exp(dirichlet_multinomial_logpmf(o, n, np.full(len(domain), alpha))) for o in outputs]
-        )
-        good = np.array([gamma_good(n, o, alpha, gamma) for o in outputs])
-        probabilities = np.where(good, probabilities, 0) / probabilities[good].sum()
-        for output, p in zip(outputs, probabilities, strict=True):
-            if p > 0:
-                full = np.zeros(6, dtype=int)
-                full[domain] = output
-                law[tuple(full)] = law.get(tuple(full), 0.0) + weight * p
+        cells = [i for i in range(7) if i not in empty_far or kept[empty_far.index(i)]]
+        for output in _compositions(total, len(cells)):
+            full = np.zeros(7, dtype=int)
+            full[cells] = output
+            p = math.exp(dirichlet_multinomial_logpmf(np.array(output), real[cells], priors[cells]))
+            base[tuple(full)] = base.get(tuple(full), 0.0) + weight * p
+    good = {m: gamma_good(real, np.array(m), priors, gamma) for m in base}
+    accepted = sum(p for m, p in base.items() if good[m])
+    law: dict = {}
+    for m, p in base.items():
+        if good[m] and p > 0:
+            law[m[:6]] = law.get(m[:6], 0.0) + p / accepted
     return law
 
 
@@ -131,7 +137,7 @@ def test_release_has_the_papers_law_on_an_enumerable_geography():
     grid = grid_from_miles(X, Y)
     assert grid.blocks_within(grid.cell_of_block[:1], 2)[0] == 3
     assert grid.blocks_within(grid.cell_of_block[:1], 4)[0] == 6
-    # destination 0: two workers from block 1, one from block 3, one from beyond the domain
+    # destination 0: two workers from block 1, one from block 3, one from beyond the domain (cell B)
     destination, origin, count = np.array([0, 0, 0]), np.array([1, 3, 6]), np.array([2, 1, 1])
     epsilon, delta = 1.2, 0.3
     rng = np.random.default_rng(7)
@@ -144,9 +150,10 @@ def test_release_has_the_papers_law_on_an_enumerable_geography():
         full = np.zeros(6, dtype=int)
         for o, c in zip(out.origin, out.count, strict=True):
             full[o] += c
-        assert set(out.destination.tolist()) == {0} and len(set(out.origin.tolist())) == len(out.origin)
+        assert set(out.destination.tolist()) <= {0} and len(set(out.origin.tolist())) == len(out.origin)
         observed[tuple(full)] += 1
-    assert first.stats["suppressed_pairs"] == 1 and first.stats["workers"] == 3
+    assert first.stats["beyond_pairs"] == 1 and first.stats["workers"] == 4  # N(d): the public total
+    assert first.stats["inside_workers"] == 3
     alpha = float(first.alpha[0])
     gamma = math.expm1(epsilon)
     counts = np.array([0, 2, 0, 1, 0, 0])
@@ -170,13 +177,16 @@ def test_release_at_scale_is_well_formed():
     assert len(pairs) == len(out.count) and (out.count > 0).all()
     true_totals = np.bincount(d, weights=data.od.S000.to_numpy(), minlength=grid.blocks)
     synthetic_totals = np.bincount(out.destination, weights=out.count, minlength=grid.blocks)
-    suppressed = out.stats["suppressed_workers"]
-    assert synthetic_totals.sum() == true_totals.sum() - suppressed  # m(d) = n(d)
+    # N(d) synthetic workers per destination, those drawn beyond the last band not written
+    assert (synthetic_totals <= true_totals).all()
+    assert synthetic_totals.sum() + out.stats["synthetic_beyond_workers"] == true_totals.sum()
+    assert set(out.destinations.tolist()) == set(d.tolist())  # destinations all beyond included
     ring = grid.ring(grid.cell_of_block[out.destination], grid.cell_of_block[out.origin])
     assert ring.max() < DistanceBands().ring_edges(1.0)[-1]
-    assert out.privacy.epsilon_after_shrinking == pytest.approx(
-        4.6 - math.log1p(-0.8e-5) + math.log(1 / 0.0378) + math.log(2) * out.privacy.max_ceil_alpha
+    assert out.privacy.epsilon == pytest.approx(
+        4.6 - math.log1p(-1e-5) + math.log(1 / 0.0378) + math.log(2) * out.priors.max_ceil_alpha
     )
+    assert out.privacy.delta == 1e-5 and out.privacy.notion == "probabilistic DP"
     assert "epsilon'" in "\n".join(out.privacy.lines())
 
 
@@ -188,6 +198,8 @@ def test_release_rejects_bad_input():
         release([0], [1], [0], grid, 4.6, 1e-5)
     with pytest.raises(ValueError, match="grid's blocks"):
         release([0], [99], [1], grid, 4.6, 1e-5)
+    with pytest.raises(ValueError, match="no O/D pairs"):
+        release([], [], [], grid, 4.6, 1e-5)
     with pytest.raises(ValueError, match="keep"):
         DistanceBands(edges_miles=(0.0, 1.0), keep=(0.0,))
 

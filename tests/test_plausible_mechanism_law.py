@@ -51,7 +51,7 @@ def laplace_pass(margin: float, eps0: float | None) -> float:
     return 1 - 0.5 * math.exp(-eps0 * margin) if margin >= 0 else 0.5 * math.exp(eps0 * margin)
 
 
-def mechanism_law(seeds: np.ndarray, eps0: float | None = EPS0) -> dict:
+def mechanism_law(seeds: np.ndarray, eps0: float | None = EPS0, k: int = K) -> dict:
     """Exact output law of Mechanism 1 on ``seeds``: record tuples and None (no output)."""
     law: dict = {}
     for y in DOMAIN:
@@ -59,7 +59,7 @@ def mechanism_law(seeds: np.ndarray, eps0: float | None = EPS0) -> dict:
         total = 0.0
         for d in np.flatnonzero(p > 0):
             count = count_plausible_seeds(p, int(d), GAMMA)
-            total += p[d] * laplace_pass(count - K, eps0)
+            total += p[d] * laplace_pass(count - k, eps0)
         law[tuple(y)] = total / len(seeds)
     law[None] = 1 - sum(law.values())
     return law

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from petlab.plaindata import cli as synth_cli
+from petlab.plaindata.commands import onthemap as onthemap_command
 from petlab.plaindata.onthemap.commute_data import generate
 from petlab.plaindata.secure_random import CHACHA_ROUNDS, is_secure, partition_generator, release_generator
 
@@ -41,7 +42,7 @@ def test_the_synthesis_cli_releases_with_the_secure_generator(tmp_path, monkeypa
         used.append(release_generator(seed))
         return used[-1]
 
-    monkeypatch.setattr(synth_cli, "release_generator", recording)
+    monkeypatch.setattr(onthemap_command, "release_generator", recording)
     argv = ["onthemap", "--od", str(od), "--xwalk", str(xwalk), "--out", str(tmp_path / "out.csv")]
     assert synth_cli.main(argv + ([] if seed is None else ["--seed", str(seed)])) == 0
     assert len(used) == 1 and is_secure(used[0]) == (seed is None)

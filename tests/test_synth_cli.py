@@ -4,6 +4,7 @@ clear errors for bad input."""
 import json
 
 import pandas as pd
+import pytest
 
 from petlab.plaindata.cli import main
 
@@ -24,13 +25,14 @@ def test_onthemap_and_adaptive_commands(tmp_path, capsys):
     for confidential in ("suppressed", "rejected", "prior mass", "no real commuter"):
         assert confidential not in (printed.out + printed.err).lower()
     figures = json.loads(diagnostics.read_text())
-    assert figures["confidential"] is True and "suppressed_pairs" in figures and "rejected_draws" in figures
+    assert figures["confidential"] is True and "beyond_pairs" in figures and "rejected_draws" in figures
     assert diagnostics.stat().st_mode & 0o777 == 0o600
     synthetic = pd.read_csv(tmp_path / "otm.csv.gz", dtype={"w_geocode": str, "h_geocode": str})
     original = pd.read_csv(od, dtype={"w_geocode": str, "h_geocode": str})
     assert list(synthetic.columns) == ["w_geocode", "h_geocode", "S000"]
     assert set(synthetic.w_geocode) <= set(original.w_geocode)
-    assert abs(synthetic.S000.sum() - original.S000.sum()) <= 10  # only pairs past 200 miles are dropped
+    # N(d) synthetic workers per destination; only those drawn beyond 200 miles are not written
+    assert abs(synthetic.S000.sum() - original.S000.sum()) <= 10
     for method in ("basic", "improved", "direct"):
         out = tmp_path / f"{method}.csv"
         assert (
@@ -108,3 +110,89 @@ def test_plausible_releases_nothing_when_the_budget_runs_out(tmp_path, capsys):
     assert not any(ch.isdigit() for ch in printed.err.split("nothing was released")[0].split("--count")[-1])
     figures = json.loads(diagnostics.read_text())
     assert figures["confidential"] is True and figures["candidates"] == 50
+
+
+def _edge_geography(tmp_path):
+    """A destination d with 3 workers: 2 from a block next to it and 1 from a block either just
+    inside the 200-mile edge (199.5 miles north) or just beyond it (200.5): the two inputs differ
+    by one worker crossing the edge. Blocks lie on one meridian, so miles are exact."""
+    miles = {"d": 0.5, "near": 1.5, "inside": 199.5, "beyond": 200.5, "far": 300.5}
+    xwalk = tmp_path / "xwalk.csv"
+    pd.DataFrame(
+        {"tabblk2010": list(miles), "blklatdd": [m / 69 for m in miles.values()], "blklondd": 0.5 / 69}
+    ).to_csv(xwalk, index=False)
+    inputs = {}
+    for name in ("inside", "beyond"):
+        inputs[name] = tmp_path / f"od_{name}.csv"
+        pd.DataFrame({"w_geocode": ["d", "d"], "h_geocode": ["near", name], "S000": [2, 1]}).to_csv(
+            inputs[name], index=False
+        )
+    return xwalk, inputs
+
+
+def test_a_worker_crossing_the_edge_changes_neither_statement_nor_support(tmp_path, capsys):
+    """Issue 24: with the worker beyond the edge every release had 2 synthetic workers at d, with it
+    inside every release had 3, and the priors and the printed statement differed. Now both
+    inputs print the same statement and both reach 2 and 3 (the exact law's support, 0..3 under
+    both, is checked in test_onthemap_exact_pipeline.py)."""
+    xwalk, inputs = _edge_geography(tmp_path)
+    totals, statements = {}, {}
+    for name, od in inputs.items():
+        totals[name] = set()
+        for seed in range(12):
+            out = tmp_path / f"synthetic_{name}.csv"
+            argv = ["onthemap", "--od", str(od), "--xwalk", str(xwalk), "--out", str(out), "--eps", "1.2"]
+            assert main([*argv, "--seed", str(seed)]) == 0
+            printed = capsys.readouterr().out
+            statements.setdefault(name, set()).add(printed.split("privacy report:")[1])
+            totals[name].add(int(pd.read_csv(out).S000.sum()))
+    assert statements["inside"] == statements["beyond"] and len(statements["inside"]) == 1
+    assert {2, 3} <= totals["inside"] and {2, 3} <= totals["beyond"]
+    assert max(totals["inside"] | totals["beyond"]) <= 3
+
+
+def test_plausible_prints_no_input_count_and_the_same_statement_for_any_input(tmp_path, capsys):
+    """Issue 24: "learning the model from N records" printed the exact input size. Two inputs of
+    different sizes (1,999 and 2,000 records) now print the same statement and no count of
+    theirs; a failed run prints one line and the same statement, since the statement covers the
+    exit status (plaindata/plausible/accounting.py)."""
+    from petlab.plaindata import acs_sample_path
+
+    sample = pd.read_csv(acs_sample_path())
+    printed, statements = [], []
+    for name, size in (("smaller", 1999), ("larger", 2000)):
+        data = tmp_path / f"{name}.csv"
+        sample.iloc[:size].to_csv(data, index=False)
+        out = tmp_path / f"synthetic-{name}.csv"
+        argv = ["plausible", "--data", str(data), "--count", "50", "--k", "30", "--omega", "11"]
+        assert main([*argv, "--seed", "1", "--out", str(out)]) == 0
+        text = capsys.readouterr()
+        printed.append(text.out + text.err)
+        statements.append(text.out.split("privacy report:")[1])
+    assert statements[0] == statements[1]
+    for text in printed:
+        for figure in ("1999", "1,999", "2000", "2,000", "399", "600", "1000"):  # n, and n x the shares
+            assert figure not in text
+    assert "at most 200 runs" in statements[0] and "exit status" in statements[0]
+    assert "says nothing" not in statements[0]
+    failed = main(["plausible", "--data", str(tmp_path / "larger.csv"), "--count", "50", "--k", "30",
+                   "--omega", "11", "--seed", "1", "--max-candidates", "20",
+                   "--out", str(tmp_path / "none.csv")])  # fmt: skip
+    text = capsys.readouterr()
+    assert failed == 1 and not (tmp_path / "none.csv").exists()
+    assert "the run failed" in text.err and "at most 20 runs" in text.out.split("privacy report:")[1]
+
+
+def test_lodes_errors_name_no_confidential_block(tmp_path):
+    from petlab.plaindata.onthemap.commute_data import load_lodes
+
+    od, xwalk = tmp_path / "od.csv", tmp_path / "xwalk.csv"
+    pd.DataFrame({"w_geocode": ["270010001001"], "h_geocode": ["279990099999"], "S000": [1]}).to_csv(
+        od, index=False
+    )
+    pd.DataFrame({"tabblk2010": ["270010001001"], "blklatdd": [44.0], "blklondd": [-93.0]}).to_csv(
+        xwalk, index=False
+    )
+    with pytest.raises(ValueError, match="not in the crosswalk") as error:
+        load_lodes(od, xwalk)
+    assert "279990099999" not in str(error.value) and "1 block" not in str(error.value)

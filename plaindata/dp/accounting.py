@@ -1,15 +1,27 @@
-"""Privacy costs stated by the mechanisms themselves, composed by whoever reports them.
+"""The privacy cost of a release, as a value (issue 21): the one type every synthesizer returns
+and every report prints.
 
-In the spirit of dp_accounting's ``DpEvent``: a mechanism returns a :class:`PrivacyCost` naming
-its (epsilon, delta), the notion it holds under and the result that proves it; a CLI or an
-experiment composes those statements (:func:`sequential`) and prints their lines. No privacy
-arithmetic lives in a CLI or an experiment.
+In the spirit of dp_accounting's ``DpEvent``: a mechanism states its own cost as a
+:class:`PrivacyCost` (epsilon, delta, the notion it holds under, the result that proves it and the
+public parameters behind it); a cost made of others keeps them in ``parts`` and names the rule that
+combined them in ``covered_by``. The rules themselves (sequential, parallel, repeated runs) live in
+one module only, :mod:`petlab.plaindata.dp.composition`; nothing else adds epsilons. A CLI or an
+experiment prints :meth:`PrivacyCost.lines` and does no privacy arithmetic.
+
+Notions: ``DP`` is (epsilon, delta)-differential privacy; ``probabilistic DP`` is Machanavajjhala
+et al.'s (epsilon, delta)-probabilistic differential privacy (ICDE 2008, Definition 6: the output
+falls in the disclosure set with probability at most delta). The two do not compose with each
+other, so the composition rules refuse to mix them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+
+DP = "DP"
+PROBABILISTIC_DP = "probabilistic DP"
+NOTIONS = (DP, PROBABILISTIC_DP)
 
 
 @dataclass(frozen=True)
@@ -17,31 +29,39 @@ class PrivacyCost:
     epsilon: float
     delta: float = 0.0
     what: str = ""  # the mechanism, in a person's words
-    covered_by: str = ""  # the theorem or derivation that proves the bound
+    covered_by: str = ""  # the theorem, derivation or composition rule that proves the bound
+    notion: str = DP
+    parts: tuple[PrivacyCost, ...] = ()  # what a composed cost was composed from
+    details: tuple[str, ...] = ()  # public parameters behind the bound, one line each
+    symbol: str = "epsilon"  # how the statement names its epsilon (OnTheMap's is eps' of Theorem 5.2)
 
     def __post_init__(self) -> None:
-        if not self.epsilon >= 0 or not 0 <= self.delta < 1:
-            raise ValueError(f"a privacy cost needs epsilon >= 0 and 0 <= delta < 1, got {self}")
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)) or not 0 <= self.delta <= 1:
+            raise ValueError(f"a privacy cost needs finite epsilon >= 0 and 0 <= delta <= 1, got {self}")
+        if self.notion not in NOTIONS:
+            raise ValueError(f"unknown privacy notion {self.notion!r}; one of {NOTIONS}")
+
+    @property
+    def vacuous(self) -> bool:
+        """delta = 1 holds for every mechanism: the statement says nothing."""
+        return self.delta >= 1
+
+    def named(self, what: str, covered_by: str | None = None) -> PrivacyCost:
+        """The same cost under another name (and proof)."""
+        return replace(self, what=what, covered_by=self.covered_by if covered_by is None else covered_by)
 
     def line(self) -> str:
-        budget = f"epsilon = {self.epsilon:g}" + (f", delta = {self.delta:g}" if self.delta else "")
+        epsilon = f"{self.epsilon:.4f}".rstrip("0").rstrip(".")
+        budget = f"{self.symbol} = {epsilon}" + (f", delta = {self.delta:.3g}" if self.delta else "")
+        notion = "-DP" if self.notion == DP else f"-{self.notion}"
         proof = f" ({self.covered_by})" if self.covered_by else ""
-        return f"{self.what}: {budget}{proof}"
+        warning = " (delta = 1: says nothing)" if self.vacuous else ""
+        return f"{self.what}: ({budget}){notion}{proof}{warning}"
 
-
-def sequential(costs: Sequence[PrivacyCost], what: str = "total") -> PrivacyCost:
-    """Basic sequential composition (Dwork and Roth, Theorem 3.16): epsilons and deltas add."""
-    return PrivacyCost(
-        sum(c.epsilon for c in costs),
-        sum(c.delta for c in costs),
-        what,
-        "sequential composition of the above (Dwork and Roth, Theorem 3.16)",
-    )
-
-
-def report_lines(costs: Sequence[PrivacyCost]) -> list[str]:
-    """One line per mechanism, then their sequential composition when there are several."""
-    lines = [c.line() for c in costs]
-    if len(costs) > 1:
-        lines.append(sequential(costs).line())
-    return lines
+    def lines(self, indent: str = "  ") -> list[str]:
+        """This cost, its public parameters, then its parts, indented."""
+        out = [self.line()]
+        out += [f"{indent}{detail}" for detail in self.details]
+        for part in self.parts:
+            out += [f"{indent}{line}" for line in part.lines(indent)]
+        return out

@@ -49,11 +49,9 @@ def load_lodes(od_path: Path, crosswalk_path: Path) -> pd.DataFrame:
             f"{crosswalk_path}: needs a block column ({' or '.join(BLOCK_COLUMNS)}), blklatdd and blklondd"
         )
     points = crosswalk.set_index(block)[["blklatdd", "blklondd"]]
-    unknown = (set(od.w_geocode) | set(od.h_geocode)) - set(points.index)
-    if unknown:
-        raise ValueError(
-            f"{len(unknown)} block(s) of the O/D file are not in the crosswalk, e.g. {sorted(unknown)[0]}"
-        )
+    if not (od.w_geocode.isin(points.index).all() and od.h_geocode.isin(points.index).all()):
+        # neither the blocks nor how many: both are figures of the confidential O/D file
+        raise ValueError(f"{od_path}: some blocks of the O/D file are not in the crosswalk {crosswalk_path}")
     frame = od[["w_geocode", "h_geocode", "S000"]].copy()
     frame[["w_lat", "w_lon"]] = points.loc[frame.w_geocode].to_numpy()
     frame[["h_lat", "h_lon"]] = points.loc[frame.h_geocode].to_numpy()

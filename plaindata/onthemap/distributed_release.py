@@ -2,7 +2,7 @@
 
 Every step of :func:`petlab.plaindata.onthemap.release.release` acts on one destination at a time
 (its domain, its prior, Algorithm 2's kept blocks, Algorithm 1 with accept/reject, the naming of
-new blocks): alpha(d) is a function of the destination's own public n(d) and band sizes
+new blocks): alpha(d) is a function of the destination's own public N(d) and band sizes
 (:func:`~petlab.plaindata.onthemap.release.choose_alphas`), so the privacy accounting per
 destination is exactly what one process would choose, however destinations are partitioned. The
 driver
@@ -16,7 +16,8 @@ driver
 3. scatters each partition's pairs straight to a worker (the scheduler holds keys, not data) and
    has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
    the output directory (which every worker must reach: a shared file system, or an fsspec URL
-   such as ``s3://...``), and return only its privacy summary and counts.
+   such as ``s3://...``), and return only its priors' summary (public) and counts; the driver
+   states the release's cost once (:func:`~petlab.plaindata.onthemap.accounting.release_cost`).
 
 Given alpha, destinations are independent in the single-process release as well, so the output's
 law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's
@@ -36,9 +37,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petlab.plaindata.dp.accounting import PrivacyCost
+from petlab.plaindata.onthemap.accounting import PriorSummary, release_cost
 from petlab.plaindata.onthemap.block_grid import BlockGrid
-from petlab.plaindata.onthemap.privacy import shrunk_epsilon
-from petlab.plaindata.onthemap.release import DistanceBands, OnTheMapPrivacy, release
+from petlab.plaindata.onthemap.release import DistanceBands, release
 from petlab.plaindata.secure_random import partition_generator
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,11 @@ ATTEMPTS = 3  # sends of a partition's pairs (they are lost with the worker that
 ADDITIVE_STATS = (
     "destinations",
     "input_pairs",
-    "suppressed_pairs",
-    "suppressed_workers",
+    "beyond_pairs",
+    "beyond_workers",
     "workers",
+    "inside_workers",
+    "synthetic_beyond_workers",
     "rejected_draws",
     "synthetic_pairs",
     "workers_from_empty_blocks",
@@ -68,19 +72,24 @@ class ReleaseSettings:
 
 @dataclass(frozen=True)
 class PartResult:
-    """What a partition's task sends back: no data, only the part's privacy summary and counts."""
+    """What a partition's task sends back: no data, only the part's priors (public) and counts
+    (confidential diagnostics, and the synthetic figures of the part it wrote)."""
 
     part: int
     path: str
-    privacy: OnTheMapPrivacy
+    priors: PriorSummary
     stats: dict[str, float]
+    synthetic_pairs: int
+    synthetic_workers: int
 
 
 @dataclass
 class DistributedRelease:
     paths: list[str]
-    privacy: OnTheMapPrivacy
-    stats: dict[str, float]
+    privacy: PrivacyCost
+    stats: dict[str, float]  # confidential diagnostics
+    synthetic_pairs: int  # of the written release
+    synthetic_workers: int
     root_entropy: int  # the SeedSequence root; a secret for a real release (it replays every draw)
 
 
@@ -124,7 +133,7 @@ def release_partition(
     )
     path = f"{out_dir.rstrip('/')}/{PART_NAME.format(part)}"
     frame.to_parquet(path, index=False)
-    return PartResult(part, path, result.privacy, result.stats)
+    return PartResult(part, path, result.priors, result.stats, len(frame), int(result.count.sum()))
 
 
 def release_on_cluster(
@@ -200,10 +209,14 @@ def release_on_cluster(
         if not pending:
             break
     parts = [done[p] for p in sorted(done)]
+    priors = PriorSummary.combine([r.priors for r in parts])
+    bands = settings.bands
     return DistributedRelease(
         [r.path for r in parts],
-        combine_privacy([r.privacy for r in parts]),
+        release_cost(settings.epsilon, settings.delta, bands.keep, bands.edges_miles[-1], priors),
         combine_stats(parts),
+        sum(r.synthetic_pairs for r in parts),
+        sum(r.synthetic_workers for r in parts),
         root_entropy,
     )
 
@@ -213,24 +226,6 @@ def _killed_workers(exc: Exception) -> bool:
     from distributed import KilledWorker
 
     return isinstance(exc, KilledWorker)
-
-
-def combine_privacy(parts: list[OnTheMapPrivacy]) -> OnTheMapPrivacy:
-    """The release's statement from its parts': the same eps and delta per destination; eps'
-    (Theorem 5.2) from the largest ceil(alpha) of any part, as one process computes it."""
-    first = parts[0]
-    max_ceil_alpha = max(p.max_ceil_alpha for p in parts)
-    return OnTheMapPrivacy(
-        epsilon=first.epsilon,
-        delta=first.delta,
-        epsilon_accept_reject=first.epsilon_accept_reject,
-        epsilon_after_shrinking=shrunk_epsilon(
-            first.epsilon_accept_reject, first.min_keep_probability, max_ceil_alpha
-        ),
-        min_keep_probability=first.min_keep_probability,
-        max_ceil_alpha=max_ceil_alpha,
-        min_alpha=min(p.min_alpha for p in parts),
-    )
 
 
 def combine_stats(parts: list[PartResult]) -> dict[str, float]:
@@ -250,38 +245,3 @@ def read_release(out_dir: str | Path) -> pd.DataFrame:
     if not paths:
         raise ValueError(f"no release parts in {out_dir}")
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
-
-
-def run_command(args, spec, destination, origin, count, blocks, latitude, longitude) -> list[str]:
-    """``petlab-synth onthemap --cluster ADDRESS | --local-workers N``: the release written as
-    Parquet parts to the directory ``args.out``; returns the privacy report's lines."""
-    from petlab.dask_cluster import DaskCluster
-    from petlab.plaindata.diagnostics import write_diagnostics
-
-    if str(args.out).endswith((".csv", ".csv.gz", ".gz")):
-        raise ValueError(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")
-    grid = BlockGrid.build(latitude, longitude, args.cell_miles)
-    settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
-    with DaskCluster.start(spec) as cluster:
-        print(f"releasing on the {spec.describe()} ({cluster.worker_count()} workers)", flush=True)
-        result = release_on_cluster(
-            cluster.client,
-            destination,
-            origin,
-            count,
-            grid,
-            np.asarray(blocks, dtype=object),
-            settings,
-            args.out,
-            partitions=args.partitions,
-            seed=args.seed,
-        )
-    synthetic_workers = int(result.stats["workers"])  # m(d) = n(d) inside the domain
-    print(
-        f"wrote {args.out}/: {len(result.paths)} Parquet parts, {int(result.stats['synthetic_pairs'])} "
-        f"O/D pairs, {synthetic_workers} workers"
-    )
-    if args.diagnostics:
-        write_diagnostics(args.diagnostics, dict(result.stats))
-        print(f"confidential diagnostics (not for release) in {args.diagnostics}")
-    return list(result.privacy.lines())

@@ -26,9 +26,14 @@ in log space throughout:
   mass rho at the boundary and a geometric tail factor; the exact tails are tighter (a smaller
   alpha for the same (eps, delta), ``tests/test_onthemap_privacy.py``) and always admit a solution:
   a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
-  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once.
-* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here).
-  A^{a/r} reruns Algorithm 1 until the output lies in gamma-Good(X), the union of gamma-Rep(X')
+  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once, with the
+  tails summed term by term (:func:`log_beta_binomial_sf`; scipy's 1 - cdf lost them) and a
+  relative margin of 1e-9 upwards. With the release's beyond cell (prior n / gamma, which never
+  leaves gamma-Rep) the union runs over the inside blocks only and every tail sees the cell's
+  prior mass: :func:`shrunk_union_tail_alphas`.
+* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here for
+  a mechanism A; the release applies it to Algorithms 2 and 1 together, see its docstring).
+  A^{a/r} reruns A until the output lies in gamma-Good(X), the union of gamma-Rep(X')
   over the neighbours X' of X (X itself included). Let p bound P(A(X) not in gamma-Rep(X)) for
   every X. For neighbours X, X' and an output S in gamma-Rep(X): S is in gamma-Good(X) and in
   gamma-Good(X') (X is a neighbour of X'), so
@@ -58,7 +63,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import betaln, gammaln
-from scipy.stats import betabinom
 
 
 def dp_alpha(m: int, epsilon: float) -> float:
@@ -118,29 +122,86 @@ def pdp_alpha(n: int, epsilon: float, delta: float, k: int, tolerance: float = 1
     return high
 
 
-def log_union_tail(n, k, a, c, empty_blocks=None, shrunk: bool = False) -> np.ndarray:
+def log_beta_binomial_sf(bound, n, a, b) -> np.ndarray:
+    """log P(X > bound) for X ~ BetaBinomial(n; a, b), exactly: the sum of the pmf terms
+    j = floor(bound) + 1 .. n, each log C(n, j) + log B(j + a, n - j + b) - log B(a, b) from
+    ``gammaln``, added in log space (``logsumexp``). Arrays broadcast; -inf for an empty tail.
+
+    ``scipy.stats.betabinom.sf`` is 1 - cdf: it loses every digit below 1e-16 (0 where the tail is
+    2.2e-13) and was 0.9% low at 8e-10, which let the prior search accept priors whose tails
+    exceeded the bound. Here every term is computed on its own, so the relative error is that of
+    ``gammaln`` differences (about 1e-13 for the sizes used; ``tests/test_onthemap_privacy.py``
+    checks it against exact rationals)."""
+    bound, n, a, b = (np.asarray(v) for v in np.broadcast_arrays(bound, n, a, b))
+    shape = n.shape
+    bound, n, a, b = (v.ravel() for v in (bound, n, a, b))
+    n = n.astype(np.int64)
+    first = np.clip(np.floor(bound).astype(np.int64) + 1, 0, None)
+    terms = np.maximum(n - first + 1, 0)
+    out = np.full(len(n), -np.inf)
+    ends = np.cumsum(terms)
+    start = 0
+    while start < len(n):  # chunks of about TERMS_PER_CHUNK terms bound the memory
+        stop = max(
+            int(np.searchsorted(ends, ends[start] - terms[start] + TERMS_PER_CHUNK, "right")), start + 1
+        )
+        rows = np.arange(start, stop)
+        rows = rows[terms[rows] > 0]
+        if len(rows):
+            out[rows] = _log_sum_of_terms(first[rows], terms[rows], n[rows], a[rows], b[rows])
+        start = stop
+    return out.reshape(shape)
+
+
+TERMS_PER_CHUNK = 2_000_000
+
+
+def _log_sum_of_terms(first, terms, n, a, b) -> np.ndarray:
+    owner = np.repeat(np.arange(len(n)), terms)
+    j = (np.arange(int(terms.sum())) - np.repeat(np.cumsum(terms) - terms, terms) + first[owner]).astype(
+        float
+    )
+    nn, aa, bb = n[owner].astype(float), a[owner].astype(float), b[owner].astype(float)
+    log_terms = (
+        gammaln(nn + 1) - gammaln(j + 1) - gammaln(nn - j + 1) + betaln(j + aa, nn - j + bb) - betaln(aa, bb)
+    )
+    peak = np.full(len(n), -np.inf)
+    np.maximum.at(peak, owner, log_terms)
+    total = np.zeros(len(n))
+    np.add.at(total, owner, np.exp(log_terms - peak[owner]))
+    return peak + np.log(total)
+
+
+TAIL_MARGIN = 1e-9  # relative, upwards: the bound is never below the exact tail's float rounding
+
+
+def log_union_tail(n, k, a, c, empty_blocks=None, shrunk: bool = False, beyond_mass=0.0) -> np.ndarray:
     """log of E T(0) + O max_x T(x) (module docstring) for arrays of (n, k, a); c = gamma.
-    The tails T are taken at domain size k; E, the number of empty blocks the union runs over, is
-    k unless ``empty_blocks`` is given, and O, the number of non-empty blocks, is min(k, n), or n
-    when ``shrunk`` (k is then only a lower bound on the domain: :func:`shrunk_union_tail_alphas`)."""
-    n, k, a = (np.atleast_1d(np.asarray(v)) for v in np.broadcast_arrays(n, k, a))
+    The tails T are taken at domain size k (plus ``beyond_mass``, the prior of the beyond cell,
+    which every inside cell's tail sees in its second beta parameter); E, the number of empty
+    blocks the union runs over, is k unless ``empty_blocks`` is given, and O, the number of
+    non-empty blocks, is min(k, n), or n when ``shrunk`` (k is then only a lower bound on the
+    domain: :func:`shrunk_union_tail_alphas`)."""
+    n, k, a, beyond_mass = (np.atleast_1d(np.asarray(v)) for v in np.broadcast_arrays(n, k, a, beyond_mass))
     empty_count = k if empty_blocks is None else np.broadcast_to(np.asarray(empty_blocks), k.shape)
     n = n.astype(np.int64)
     occupied_count = n if shrunk else np.minimum(k, n)
-    if (n < 1).any() or (k < 2).any() or (a <= 0).any() or c <= 0:
-        raise ValueError("need n >= 1, k >= 2, a > 0 and gamma > 0")
+    if (n < 1).any() or (k < 1).any() or (a <= 0).any() or c <= 0 or (beyond_mass < 0).any():
+        raise ValueError("need n >= 1, k >= 1, a > 0, gamma > 0 and a non-negative beyond mass")
+    if ((k < 2) & (beyond_mass <= 0)).any():
+        raise ValueError("a domain of one cell has no tail to bound (k >= 2, or a beyond cell)")
     owner = np.repeat(np.arange(len(n)), n + 1)
     x = np.arange(len(owner)) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)
     nn, kk, aa = n[owner], k[owner].astype(float), a[owner].astype(float)
     bound = np.floor(c * (aa + np.maximum(x - 1, 0)) * (1 + 1e-12))
     reachable = bound < nn  # m_i <= n, so a bound at or above n has an empty tail
     log_tail = np.full(len(owner), -np.inf)
-    with np.errstate(divide="ignore"):
-        log_tail[reachable] = np.log(
-            betabinom.sf(
-                bound[reachable], nn[reachable], (x + aa)[reachable], (nn - x + (kk - 1) * aa)[reachable]
-            )
-        )
+    log_tail[reachable] = log_beta_binomial_sf(
+        bound[reachable],
+        nn[reachable],
+        (x + aa)[reachable],
+        (nn - x + (kk - 1) * aa + beyond_mass[owner])[reachable],
+    ) + math.log1p(TAIL_MARGIN)
     empty = log_tail[x == 0]
     occupied = np.full(len(n), -np.inf)
     np.maximum.at(occupied, owner[x > 0], log_tail[x > 0])
@@ -149,6 +210,10 @@ def log_union_tail(n, k, a, c, empty_blocks=None, shrunk: bool = False) -> np.nd
             np.log(np.asarray(empty_count, dtype=float)) + empty,
             np.log(occupied_count.astype(float)) + occupied,
         )
+
+
+_SEARCHED: dict[tuple, float] = {}  # (n, k, E, eps, delta, shrunk, beyond, grid, refinements) -> alpha
+_SEARCHED_LIMIT = 200_000
 
 
 def union_tail_alphas(
@@ -160,6 +225,7 @@ def union_tail_alphas(
     refinements: int = 12,
     empty_blocks=None,
     shrunk: bool = False,
+    beyond: bool = False,
 ) -> np.ndarray:
     """For each public (n, k): a uniform alpha with P(S not in gamma-Rep(X)) <= delta for every X
     (union-tail form, module docstring), all pairs at once.
@@ -169,13 +235,34 @@ def union_tail_alphas(
     alpha. Instead: a geometric grid of ``grid_points`` values from 1e-4 n / gamma up to n / gamma
     (which always satisfies the bound), the first grid value that satisfies it, then bisection
     between it and the grid value below, keeping an alpha that satisfies the bound throughout.
-    ``empty_blocks`` and ``shrunk`` as in :func:`log_union_tail`.
+    ``empty_blocks`` and ``shrunk`` as in :func:`log_union_tail`; ``beyond``: the destination
+    also has the beyond cell, with prior n / gamma (:func:`beyond_prior`).
     """
     n, k = (np.atleast_1d(np.asarray(v, dtype=np.int64)) for v in np.broadcast_arrays(n, k))
     empty = k if empty_blocks is None else np.broadcast_to(np.asarray(empty_blocks, dtype=np.int64), k.shape)
-    if not 0 < delta < 1 or epsilon <= 0 or (n < 1).any() or (k < 2).any():
-        raise ValueError("need 0 < delta < 1, epsilon > 0, n >= 1 and k >= 2")
+    if not 0 < delta < 1 or epsilon <= 0 or (n < 1).any() or (k < (1 if beyond else 2)).any():
+        raise ValueError("need 0 < delta < 1, epsilon > 0, n >= 1 and k >= 2 (k >= 1 with the beyond cell)")
+    # the search is a function of public parameters only: remember it (repeated releases, tests)
+    settings = (float(epsilon), float(delta), shrunk, beyond, grid_points, refinements)
+    keys = [(int(a), int(b), int(e), *settings) for a, b, e in zip(n, k, empty, strict=True)]
+    missing = np.array([key not in _SEARCHED for key in keys], dtype=bool)
+    if missing.any():
+        if len(_SEARCHED) > _SEARCHED_LIMIT:
+            _SEARCHED.clear()
+        found = _search_union_tail_alphas(
+            n[missing], k[missing], empty[missing], epsilon, delta, grid_points, refinements, shrunk, beyond
+        )
+        _SEARCHED.update(
+            zip((key for key, m in zip(keys, missing, strict=True) if m), found.tolist(), strict=True)
+        )
+    return np.array([_SEARCHED[key] for key in keys])
+
+
+def _search_union_tail_alphas(
+    n, k, empty, epsilon: float, delta: float, grid_points: int, refinements: int, shrunk: bool, beyond: bool
+) -> np.ndarray:
     c, target = math.expm1(epsilon), math.log(delta)
+    mass = beyond_prior(n, epsilon) if beyond else np.zeros(len(n))
     scale = np.geomspace(1e-4, 1.0, grid_points)
     grid = (n / c)[:, None] * scale[None, :]
     holds = (
@@ -186,6 +273,7 @@ def union_tail_alphas(
             c,
             np.repeat(empty, grid_points),
             shrunk,
+            np.repeat(mass, grid_points),
         )
         <= target
     )
@@ -196,7 +284,7 @@ def union_tail_alphas(
     low = np.where(first > 0, grid[np.arange(len(n)), np.maximum(first - 1, 0)], high)
     for _ in range(refinements):
         middle = np.sqrt(low * high)
-        ok = log_union_tail(n, k, middle, c, empty, shrunk) <= target
+        ok = log_union_tail(n, k, middle, c, empty, shrunk, mass) <= target
         high = np.where(ok, middle, high)
         low = np.where(ok, low, middle)
     return high
@@ -233,47 +321,66 @@ def shrunk_domain_bounds(band_blocks: np.ndarray, keep: np.ndarray, delta_each: 
     return ShrunkDomainBounds(k_low, empty_high.astype(np.int64), delta_each)
 
 
+def beyond_prior(n, epsilon: float) -> np.ndarray:
+    """The prior of a destination's beyond cell: n / gamma, n its public total of workers. Then
+    gamma alpha_B = n, so the cell never leaves gamma-Rep whatever the data (it holds at most n
+    synthetic workers): it never causes a rejection and adds no tail to the union bound."""
+    return np.asarray(n, dtype=float) / math.expm1(epsilon)
+
+
 def shrunk_union_tail_alphas(
-    n: np.ndarray, bounds: ShrunkDomainBounds, epsilon: float, delta_tails: float, bins_per_octave: int = 4
+    n: np.ndarray,
+    bounds: ShrunkDomainBounds,
+    epsilon: float,
+    delta_tails: float,
+    inside_blocks: np.ndarray,
+    bins_per_octave: int = 4,
 ) -> np.ndarray:
-    """A uniform alpha per destination such that, on the event {k' >= k_low, empty kept blocks <=
-    empty_high}, P(S not in gamma-Rep(X) | kept domain) <= ``delta_tails`` for every X.
+    """A uniform alpha per destination, for its origin blocks inside the last band, such that on
+    the event {k' >= k_low, empty kept blocks <= empty_high}, P(S not in gamma-Rep(X) | kept
+    domain) <= ``delta_tails`` for every X. The destination's domain is its kept inside blocks
+    plus the beyond cell (prior :func:`beyond_prior`, always kept); ``inside_blocks`` is the
+    number of blocks inside the last band (public).
 
-    Derivation. Given the kept domain D' (k' blocks, e' of them empty), Algorithm 1 runs on D', so
-    by the union bound P(S not in gamma-Rep | D') <= e' T_{k'}(0) + min(k', n) max_x T_{k'}(x) with
-    T_k(x) the BetaBinomial(n; x + a, n - x + (k - 1) a) tail of the module docstring. That
-    beta-binomial is stochastically decreasing in its second parameter (the Beta share falls as
-    beta grows, and the binomial mixture keeps the order), so each T_k(x) is non-increasing in k:
-    for k' >= k_low and e' <= empty_high the bound is at most empty_high T_{k_low}(0) +
-    n max_x T_{k_low}(x) (at most n blocks are non-empty), which :func:`log_union_tail` evaluates
-    with k = k_low, E = empty_high and ``shrunk``. A destination without a useful lower bound
-    (k_low < 2) gets Theorem 4.1's n / gamma, for which every tail is empty whatever the domain.
+    Derivation. Given the kept domain D' (k' inside blocks, e' of them empty, and the beyond cell
+    B), Algorithm 1 runs on D', and by the union bound P(S not in gamma-Rep | D') is at most the
+    sum over cells of the probability that the cell exceeds its gamma-Rep bound. B never does
+    (gamma alpha_B = n). An inside cell with x real workers has the synthetic count
+    BetaBinomial(n; x + a, n - x + (k' - 1) a + alpha_B), whose tail T_{k'}(x) (module docstring)
+    is non-increasing in its second parameter (the Beta share falls as beta grows, and the
+    binomial mixture keeps the order), so non-increasing in k'. Hence, for k' >= max(k_low, 1)
+    (the cell itself is kept) and e' <= E = min(empty_high, inside_blocks) (no more empty blocks
+    than there are blocks), the bound is at most E T_{k_low}(0) + n max_x T_{k_low}(x) (at most n
+    inside blocks are non-empty), which :func:`log_union_tail` evaluates with k = max(k_low, 1),
+    E, ``shrunk`` and the beyond mass. The search never returns more than n / gamma (Theorem 4.1's
+    prior, for which every tail is empty whatever the domain).
 
-    To bound the number of searches, destinations are grouped by n and by k_low rounded *down* and
-    empty_high rounded *up* to a geometric grid (``bins_per_octave`` steps per doubling): each
-    group's alpha is searched at its worst corner, which bounds every member (tails fall with k,
-    the union grows with E)."""
+    To bound the number of searches, destinations are grouped by n and by k rounded *down* and E
+    rounded *up* to a geometric grid (``bins_per_octave`` steps per doubling): each group's alpha
+    is searched at its worst corner, which bounds every member (tails fall with k, the union grows
+    with E)."""
     n = np.asarray(n, dtype=np.int64)
     gamma = math.expm1(epsilon)
-    alpha = n / gamma
-    usable = bounds.k_low >= 2
-    if not usable.any():
-        return alpha
+    if not len(n):
+        return n / gamma
+    k_low = np.maximum(bounds.k_low, 1)
+    empty_high = np.minimum(bounds.empty_high, np.asarray(inside_blocks, dtype=np.int64))
 
     def down(values: np.ndarray) -> np.ndarray:
         steps = np.floor(np.log2(values) * bins_per_octave)
-        return np.maximum(np.floor(2 ** (steps / bins_per_octave)), 2).astype(np.int64)
+        return np.maximum(np.floor(2 ** (steps / bins_per_octave)), 1).astype(np.int64)
 
     def up(values: np.ndarray) -> np.ndarray:
         steps = np.ceil(np.log2(np.maximum(values, 1)) * bins_per_octave)
         return np.ceil(2 ** (steps / bins_per_octave)).astype(np.int64)
 
-    k_bin = np.minimum(down(bounds.k_low[usable]), bounds.k_low[usable])
-    e_bin = np.maximum(up(bounds.empty_high[usable]), bounds.empty_high[usable])
-    keys, inverse = np.unique(np.stack([n[usable], k_bin, e_bin]), axis=1, return_inverse=True)
-    searched = union_tail_alphas(keys[0], keys[1], epsilon, delta_tails, empty_blocks=keys[2], shrunk=True)
-    alpha[usable] = np.minimum(searched[inverse.ravel()], n[usable] / gamma)
-    return alpha
+    k_bin = np.minimum(down(k_low), k_low)
+    e_bin = np.maximum(up(empty_high), empty_high)
+    keys, inverse = np.unique(np.stack([n, k_bin, e_bin]), axis=1, return_inverse=True)
+    searched = union_tail_alphas(
+        keys[0], keys[1], epsilon, delta_tails, empty_blocks=keys[2], shrunk=True, beyond=True
+    )
+    return np.minimum(searched[inverse.ravel()], n / gamma)
 
 
 def union_tail_alpha(n: int, epsilon: float, delta: float, k: int) -> float:
@@ -295,17 +402,19 @@ def accept_reject_epsilon(epsilon: float, delta: float) -> float:
 SLACK = 1.0 + 1e-9
 
 
-def gamma_good(n_counts, m_counts, alpha: float, gamma: float) -> bool:
+def gamma_good(n_counts, m_counts, alpha, gamma: float) -> bool:
     """Is one destination's output in gamma-Good(X)? Arrays cover every origin with n_i > 0 or
-    m_i > 0 (all other origins have m_i = 0 and cannot violate)."""
+    m_i > 0 (all other origins have m_i = 0 and cannot violate); ``alpha`` is one prior for all,
+    or one per cell."""
     n_counts, m_counts = np.asarray(n_counts), np.asarray(m_counts)
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=float), n_counts.shape)
     violating = m_counts > SLACK * gamma * (alpha + np.maximum(n_counts - 1, 0))
     if not violating.any():
         return True
     if violating.sum() > 1:
         return False
     c = int(np.flatnonzero(violating)[0])
-    if n_counts[c] == 0 or m_counts[c] > SLACK * gamma * (alpha + n_counts[c]):
+    if n_counts[c] == 0 or m_counts[c] > SLACK * gamma * (alpha[c] + n_counts[c]):
         return False
     donors = (n_counts >= 1) & (m_counts <= SLACK * gamma * (alpha + np.maximum(n_counts - 2, 0)))
     donors[c] = False
@@ -319,11 +428,13 @@ def gamma_good_by_group(
     alpha: np.ndarray,
     gamma: float,
     groups: int,
+    cell_alpha: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`gamma_good` for many destinations at once: cell j belongs to destination group[j];
-    alpha is per destination. Returns one boolean per destination."""
+    alpha is per destination, unless ``cell_alpha`` gives one per cell (the beyond cell has its
+    own prior). Returns one boolean per destination."""
     group, n_counts, m_counts = (np.asarray(v, dtype=np.int64) for v in (group, n_counts, m_counts))
-    a = np.asarray(alpha, dtype=float)[group]
+    a = np.asarray(alpha, dtype=float)[group] if cell_alpha is None else np.asarray(cell_alpha, dtype=float)
     violating = m_counts > SLACK * gamma * (a + np.maximum(n_counts - 1, 0))
     violations = np.bincount(group[violating], minlength=groups)
     donor = (n_counts >= 1) & (m_counts <= SLACK * gamma * (a + np.maximum(n_counts - 2, 0)))
@@ -341,25 +452,6 @@ def shrunk_epsilon(epsilon: float, min_keep_probability: float, max_ceil_alpha: 
     if not 0 < min_keep_probability <= 1:
         raise ValueError("keep probabilities lie in (0, 1]")
     return epsilon + math.log(1 / min_keep_probability) + max_ceil_alpha * math.log(2)
-
-
-@dataclass(frozen=True)
-class PrivacyReport:
-    """What a chosen parameter set actually guarantees."""
-
-    epsilon: float
-    delta: float
-    epsilon_after_shrinking: float | None
-    alpha: float
-
-    def lines(self) -> list[str]:
-        out = [
-            f"(epsilon, delta)-probabilistic DP: epsilon = {self.epsilon:g}, delta = {self.delta:g}",
-            f"prior sample per origin block: alpha = {self.alpha:.6g}",
-        ]
-        if self.epsilon_after_shrinking is not None:
-            out.append(f"with domain shrinking (Theorem 5.2): epsilon' = {self.epsilon_after_shrinking:.3f}")
-        return out
 
 
 def dirichlet_multinomial_logpmf(m: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> float:

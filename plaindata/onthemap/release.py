@@ -1,39 +1,73 @@
 """The OnTheMap release pipeline: Algorithms 1 and 2 with accept/reject over a whole O/D table.
 
-Machanavajjhala et al., ICDE 2008, Sections III-VI, vectorised over all destinations:
+Machanavajjhala et al., ICDE 2008, Sections III-VI, vectorised over all destinations. The data
+owner publishes the number of workers of every destination, N(d) (Section IV: "a histogram of
+destination blocks has already been published"); neighbouring data sets move one worker's origin
+within its destination. Per destination d:
 
-1. Public domain (Section VI): the origin domain of destination d is every block within
-   ``bands.edges_miles[-1]`` (200 miles in the paper; further O/D pairs are suppressed and
-   counted). Its size k(d) is read off the :class:`petlab.plaindata.onthemap.block_grid.BlockGrid`.
-2. Prior (Theorem 4.4, union-tail form, :mod:`petlab.plaindata.onthemap.privacy`): a uniform alpha(d)
-   depending only on the public n(d) = m(d) and the public band sizes, chosen before shrinking as
-   Section V-B requires, but for the domain that is actually sampled: Algorithm 1 and
-   accept/reject run on the *shrunk* domain, where a block gets a larger share of the synthetic
-   workers than in the full one, so a prior chosen for the full domain k(d) does not bound the
-   probability of leaving gamma-Rep (issue 16 measured 3.7% of releases outside it at delta
-   1e-5). Of the user's delta, 0.8 bounds that probability given a kept domain of at least k_low
-   blocks with at most empty_high empty ones, and 0.1 each bounds the probability that the kept
-   domain is smaller or has more empty blocks (public binomial bounds:
-   :func:`~petlab.plaindata.onthemap.privacy.shrunk_domain_bounds`,
-   :func:`~petlab.plaindata.onthemap.privacy.shrunk_union_tail_alphas`).
-3. Algorithm 2: an empty origin block in distance band b is kept with probability f_b, so the
-   number kept per (destination, band) is one binomial draw; the blocks themselves are only
-   named if synthetic workers land in them (they are a uniform subset of the band's empty blocks).
-4. Algorithm 1, sparsely (:mod:`petlab.plaindata.onthemap.algorithm1`): one Gamma(n_i + alpha) per non-empty
-   origin, one Gamma(K_b alpha) per band's kept empty blocks, a multinomial by sequential
-   binomials, and a Pólya urn per band (:func:`petlab.plaindata.onthemap.algorithm1.polya_spread`).
-5. Accept/reject (Section V-A): destinations whose output is not gamma-Good are redrawn
-   (Algorithm 1 only; the shrunk domain stays), gamma = e^eps - 1.
-6. Named blocks: uniform, distinct, empty-for-d blocks of each band, drawn per destination cell.
+1. Domain (Section VI): the origin blocks within ``bands.edges_miles[-1]`` (200 miles in the
+   paper), k(d) of them, read off the public
+   :class:`petlab.plaindata.onthemap.block_grid.BlockGrid`, **plus one cell B for every origin
+   beyond the last band**: the workers beyond are aggregated into B, never dropped, so every
+   step below sees N(d), the public total, and not the number of workers inside the domain
+   (issue 24: a worker crossing the edge used to change n(d), the prior and the synthetic total).
+2. Priors (public, chosen before shrinking, Section V-B): a uniform alpha(d) on the inside blocks,
+   from N(d) and the band sizes (:func:`choose_alphas`), and alpha_B = N(d) / gamma on B
+   (:func:`~petlab.plaindata.onthemap.privacy.beyond_prior`): gamma alpha_B = N(d), so B never
+   leaves gamma-Rep.
+3. Algorithm 2: an empty inside block of band b is kept with probability f_b, so the number kept
+   per (destination, band) is one binomial draw; B and the non-empty blocks are always kept.
+4. Algorithm 1, sparsely (:mod:`petlab.plaindata.onthemap.algorithm1`): one Gamma(n_i + alpha)
+   per non-empty block, one Gamma(n_B + alpha_B) for B, one Gamma(K_b alpha) per band's kept empty
+   blocks, a multinomial of N(d) by sequential binomials, and a Pólya urn per band
+   (:func:`petlab.plaindata.onthemap.algorithm1.polya_spread`).
+5. Accept/reject (Section V-A): a destination whose output is not gamma-Good (gamma = e^eps - 1,
+   B included as a cell) is redrawn **from step 3**: a fresh kept domain and a fresh Algorithm 1.
+6. Output: the inside cells; B's synthetic workers are dropped (post-processing: with N(d) public,
+   m_B = N(d) - the written total anyway). New blocks are named uniformly among the band's blocks
+   that are empty for d, distinct. The cost grows with the number of O/D pairs and synthetic
+   workers, not with k(d).
 
-The cost grows with the number of O/D pairs and of synthetic workers, not with k(d). Privacy
-(:class:`OnTheMapPrivacy`): for every kept domain within the bounds, Algorithm 1 leaves gamma-Rep
-with probability at most delta_tails = 0.8 delta, so with accept/reject (Lemma 5.2, derived in
-``privacy``) eps_ar = eps - ln(1 - delta_tails) on gamma-Rep; Theorem 5.2's eps' on top of that for
-the shrinking (composing its additive terms with eps_ar is this module's reading, not the paper's
-statement). A release discloses (leaves gamma-Rep of the data on the kept domain) with
-probability at most delta_tails + 2 x 0.1 delta = delta per destination, for every data set
-(``tests/test_onthemap_release.py`` measures it on the configuration issue 16 found).
+Privacy (derived here; the statement is :func:`petlab.plaindata.onthemap.accounting.release_cost`).
+Write X for one destination's counts over the cells, D for a data set and X1 = X0 + e_i, X2 =
+X0 + e_j for D with one worker x put at origin i or j (X0: D without x). The disclosure set
+Disc(D, eps') (Definitions 5-6) holds the outputs m whose likelihoods under some such X1, X2
+differ by more than e^eps'.
+
+(a) Theorem 4.3 with per-cell priors. On a fixed domain K containing i and j,
+    P1(m | X1, K) / P1(m | X2, K) = (m_i + X0_i + alpha_i) / (X0_i + alpha_i) * (X0_j + alpha_j) /
+    (m_j + X0_j + alpha_j) <= 1 + m_i / (X0_i + alpha_i), and X0_i >= [D_i - 1]^+, so on
+    gamma-Rep(D) = {m : m_c <= gamma (alpha_c + [D_c - 1]^+) for every cell c} the ratio is at
+    most 1 + gamma = e^eps. B is a cell like any other here; nothing needs uniform priors.
+(b) Theorem 5.2 for the shrinking. Couple the keep decisions of the cells other than i and j (R,
+    the same law under X1 and X2). Cell j is kept under X1 w.p. phi_j = 1 if X0_j >= 1, else f_j.
+    P_A(m | X1) = sum_R P(R) [phi_j P1(m | X1, R+i+j) + (1 - phi_j) P1(m | X1, R+i)], and
+    P_A(m | X2) >= f_min sum_R P(R) P1(m | X2, R+i+j). If m_j > 0 the second term is 0; otherwise
+    dropping the empty cell j (prior a, since B is never dropped) only changes the normalising
+    Gamma ratio, prod_{t<N} (s + a + t) / (s + t) <= 2^ceil(a) for s = A_{R+i} + N >= N. So on
+    gamma-Rep(D), P_A(m | X1) / P_A(m | X2) <= e^eps 2^ceil(a) / f_min. B's prior does not enter:
+    B is always kept.
+(c) The probability of leaving gamma-Rep. It is at most P(the kept domain is outside the public
+    bounds) <= 2 x 0.1 delta plus, within them, the union bound over cells, <= 0.8 delta by the
+    choice of alpha (:func:`~petlab.plaindata.onthemap.privacy.shrunk_union_tail_alphas`; B
+    contributes nothing, and its prior mass only lowers the other cells' tails). So p = delta
+    bounds it for every X.
+(d) Lemma 5.2 for the whole pipeline. For m in gamma-Rep(D), m is in gamma-Good(X1) and
+    gamma-Good(X2) (D neighbours both), so P_ar(m | X1) / P_ar(m | X2) = [P_A(m | X1) / P_A(m |
+    X2)] [P_A(Good(X2) | X2) / P_A(Good(X1) | X1)] <= e^eps 2^ceil(a) / (f_min (1 - delta)): each
+    acceptance probability lies in [1 - delta, 1] because the rejection redraws the domain too
+    (with the domain kept, an acceptance probability is bounded below only on domains within the
+    bounds). The accepted output leaves gamma-Rep(D) w.p. q / (r + q) <= 1 - r <= delta (r =
+    P_A(Rep), q = P_A(Good minus Rep)). So Disc(D, eps') lies outside gamma-Rep(D), and the
+    release is (eps', delta)-probabilistically DP per destination with
+    eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta).
+
+``tests/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on small
+geographies, for every data set and every relocation of a worker (across the edge too), and
+checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
+fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
+priors, which depend on N(d) and the geography only; figures computed from the data (pairs and
+workers beyond, rejected draws, prior mass of the kept domain) are confidential diagnostics.
 """
 
 from __future__ import annotations
@@ -44,19 +78,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
+from petlab.plaindata.dp.accounting import PrivacyCost
+from petlab.plaindata.onthemap.accounting import DOMAIN_SHARE, TAIL_SHARE, PriorSummary, release_cost
 from petlab.plaindata.onthemap.algorithm1 import polya_spread
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.privacy import (
-    accept_reject_epsilon,
+    beyond_prior,
     gamma_good_by_group,
     shrunk_domain_bounds,
-    shrunk_epsilon,
     shrunk_union_tail_alphas,
 )
 from petlab.plaindata.secure_random import release_generator
-
-TAIL_SHARE = 0.8  # of delta: leaving gamma-Rep on a kept domain within the bounds
-DOMAIN_SHARE = 0.1  # of delta, for each of the two bounds on the kept domain
 
 
 @dataclass(frozen=True)
@@ -82,41 +114,17 @@ class DistanceBands:
         return np.ceil(np.asarray(self.edges_miles) / cell_miles).astype(np.int64)
 
 
-@dataclass(frozen=True)
-class OnTheMapPrivacy:
-    epsilon: float
-    delta: float
-    epsilon_accept_reject: float
-    epsilon_after_shrinking: float
-    min_keep_probability: float
-    max_ceil_alpha: int
-    min_alpha: float
-
-    def lines(self) -> list[str]:
-        return [
-            f"Algorithm 1 with the chosen priors: ({self.epsilon:g}, {self.delta:g})-probabilistic DP "
-            "(Theorems 4.3-4.4, union-tail form, for the shrunk domain: "
-            f"{TAIL_SHARE:g} delta tails + 2 x {DOMAIN_SHARE:g} delta domain-size bounds)",
-            f"with accept/reject on gamma-Good, gamma = e^eps - 1 = {math.expm1(self.epsilon):.4g} "
-            f"(Lemma 5.2, tails {TAIL_SHARE:g} delta on the kept domain): epsilon = "
-            f"{self.epsilon_accept_reject:.6g}",
-            f"with domain shrinking (Theorem 5.2; min f = {self.min_keep_probability:g}, "
-            f"max ceil(alpha) = {self.max_ceil_alpha}): epsilon' = {self.epsilon_after_shrinking:.4f}, "
-            f"delta = {self.delta:g}",
-            f"smallest prior per origin block: alpha = {self.min_alpha:.5g}",
-        ]
-
-
 @dataclass
 class OnTheMapRelease:
     destination: np.ndarray  # block index per synthetic O/D pair
     origin: np.ndarray
     count: np.ndarray
-    privacy: OnTheMapPrivacy
+    privacy: PrivacyCost
+    priors: PriorSummary
     destinations: np.ndarray  # the destination blocks, and
-    alpha: np.ndarray  # the prior per origin block chosen for each (Theorem 4.4, union-tail form)
+    alpha: np.ndarray  # the prior per inside origin block chosen for each (public: N(d), geography)
     stats: dict[str, float] = field(default_factory=dict)  # confidential diagnostics
-    kept_domain: np.ndarray | None = None  # blocks kept by Algorithm 2 per destination (confidential)
+    kept_domain: np.ndarray | None = None  # cells kept by Algorithm 2 per destination (confidential)
 
 
 def _aggregate(destination, origin, count):
@@ -130,9 +138,11 @@ def _aggregate(destination, origin, count):
 
 
 def choose_alphas(n: np.ndarray, band_blocks: np.ndarray, keep, epsilon: float, delta: float) -> np.ndarray:
-    """alpha(d) from the public n(d) and band sizes ``band_blocks[d, b]`` (module docstring, step 2)."""
+    """alpha(d) for the inside blocks from the public N(d) and band sizes ``band_blocks[d, b]``
+    (module docstring, step 2 and (c))."""
+    band_blocks = np.asarray(band_blocks)
     bounds = shrunk_domain_bounds(band_blocks, np.asarray(keep), DOMAIN_SHARE * delta)
-    return shrunk_union_tail_alphas(n, bounds, epsilon, TAIL_SHARE * delta)
+    return shrunk_union_tail_alphas(n, bounds, epsilon, TAIL_SHARE * delta, band_blocks.sum(axis=1))
 
 
 def _multinomial_by_groups(
@@ -172,48 +182,52 @@ def release(
     show_progress: bool = False,
     max_rounds: int = 1000,
 ) -> OnTheMapRelease:
-    """Synthetic O/D counts (block indices into ``grid``) with m(d) = n(d) per destination."""
+    """Synthetic O/D counts (block indices into ``grid``): N(d) synthetic workers per destination,
+    those that land beyond the last band dropped (module docstring)."""
     if not epsilon > math.log(3) or not 0 < delta < 1:
         raise ValueError("need epsilon > ln 3 (Theorem 4.4) and 0 < delta < 1")
     bands = bands or DistanceBands()
     rng = rng or release_generator()  # the caller passes a seeded generator for tests
     destination, origin, count = _aggregate(destination, origin, count)
-    if len(destination) and max(destination.max(), origin.max()) >= grid.blocks:
+    if not len(destination):
+        raise ValueError("no O/D pairs to release")
+    if max(destination.max(), origin.max()) >= grid.blocks:
         raise ValueError("block indices must refer to the grid's blocks")
     progress = tqdm(total=6, desc="onthemap", disable=not show_progress)
     ring_edges = bands.ring_edges(cell_miles)
     n_bands = len(bands.keep)
+    keep = np.asarray(bands.keep)
 
-    # 1. domain: suppress pairs beyond the last band
+    # 1. destinations and their public totals N(d); the pairs beyond the last band form B
+    dest_blocks, d_of_all = np.unique(destination, return_inverse=True)
+    d_of_all = d_of_all.ravel()
+    n_dest = len(dest_blocks)
+    total = np.bincount(d_of_all, weights=count, minlength=n_dest).astype(np.int64)  # N(d), public
     cell = grid.cell_of_block
     ring = grid.ring(cell[destination], cell[origin])
     inside = ring < ring_edges[-1]
-    suppressed_pairs, suppressed_workers = int((~inside).sum()), int(count[~inside].sum())
-    destination, origin, count, ring = destination[inside], origin[inside], count[inside], ring[inside]
+    beyond = np.bincount(d_of_all[~inside], weights=count[~inside], minlength=n_dest).astype(np.int64)
+    beyond_pairs = int((~inside).sum())
+    origin, count, ring, d_of_pair = origin[inside], count[inside], ring[inside], d_of_all[inside]
     band = np.searchsorted(ring_edges, ring, side="right") - 1
-    dest_blocks, d_of_pair = np.unique(destination, return_inverse=True)
-    d_of_pair = d_of_pair.ravel()
-    n_dest = len(dest_blocks)
-    n_workers = np.bincount(d_of_pair, weights=count, minlength=n_dest).astype(np.int64)
     dest_cell = cell[dest_blocks]
     within = np.stack([grid.blocks_within(dest_cell, e) for e in ring_edges], axis=1)
     band_blocks = np.diff(within, axis=1)  # (n_dest, n_bands)
-    domain = within[:, -1]
     progress.update()
 
-    # 2. priors, before shrinking
-    alpha = choose_alphas(n_workers, band_blocks, bands.keep, epsilon, delta)
-    progress.update()
-
-    # 3. Algorithm 2: kept empty blocks per (destination, band)
+    # 2. priors, public, before shrinking
+    alpha = choose_alphas(total, band_blocks, bands.keep, epsilon, delta)
+    alpha_beyond = beyond_prior(total, epsilon)
     occupied = np.zeros((n_dest, n_bands), dtype=np.int64)
     np.add.at(occupied, (d_of_pair, band), 1)
-    kept = rng.binomial(band_blocks - occupied, np.asarray(bands.keep)[None, :])
+    empty_blocks = band_blocks - occupied
     progress.update()
 
-    # 4-5. Algorithm 1 with accept/reject
+    # 3-5. Algorithm 2, Algorithm 1 and accept/reject, rejected destinations redrawn from step 3
     gamma = math.expm1(epsilon)
-    synthetic_pairs = np.zeros(len(destination), dtype=np.int64)
+    synthetic_pairs = np.zeros(len(origin), dtype=np.int64)
+    synthetic_beyond = np.zeros(n_dest, dtype=np.int64)
+    kept = np.zeros((n_dest, n_bands), dtype=np.int64)
     band_groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (destination, band, size)
     todo = np.arange(n_dest)
     rounds = rejected = 0
@@ -221,33 +235,39 @@ def release(
         rounds += 1
         if rounds > max_rounds:
             raise RuntimeError(f"accept/reject did not finish in {max_rounds} rounds")
+        kept[todo] = rng.binomial(empty_blocks[todo], keep[None, :])
         pair_sel = np.flatnonzero(np.isin(d_of_pair, todo))
         pair_d = d_of_pair[pair_sel]
         pair_shares = rng.gamma(count[pair_sel] + alpha[pair_d])
+        beyond_shares = rng.gamma(beyond[todo] + alpha_beyond[todo])
         band_d = np.repeat(todo, n_bands)
         band_b = np.tile(np.arange(n_bands), len(todo))
         band_k = kept[band_d, band_b]
         band_shares = np.where(band_k > 0, rng.gamma(np.maximum(band_k * alpha[band_d], 1e-300)), 0.0)
-        groups = np.concatenate([pair_d, band_d])
+        groups = np.concatenate([pair_d, todo, band_d])
         order = np.argsort(groups, kind="stable")
         drawn = np.empty(len(groups), dtype=np.int64)
         drawn[order] = _multinomial_by_groups(
-            n_workers, groups[order], np.concatenate([pair_shares, band_shares])[order], rng
+            total, groups[order], np.concatenate([pair_shares, beyond_shares, band_shares])[order], rng
         )
-        pair_drawn, band_drawn = drawn[: len(pair_sel)], drawn[len(pair_sel) :]
+        pair_drawn = drawn[: len(pair_sel)]
+        beyond_drawn = drawn[len(pair_sel) : len(pair_sel) + len(todo)]
+        band_drawn = drawn[len(pair_sel) + len(todo) :]
         group_of_block, sizes = polya_spread(band_drawn, band_k, alpha[band_d], rng)
 
         block_d = band_d[group_of_block]
         good = gamma_good_by_group(
-            np.concatenate([pair_d, block_d]),
-            np.concatenate([count[pair_sel], np.zeros(len(sizes), dtype=np.int64)]),
-            np.concatenate([pair_drawn, sizes]),
+            np.concatenate([pair_d, todo, block_d]),
+            np.concatenate([count[pair_sel], beyond[todo], np.zeros(len(sizes), dtype=np.int64)]),
+            np.concatenate([pair_drawn, beyond_drawn, sizes]),
             alpha,
             gamma,
             n_dest,
+            cell_alpha=np.concatenate([alpha[pair_d], alpha_beyond[todo], alpha[block_d]]),
         )
         accepted = todo[good[todo]]
         synthetic_pairs[pair_sel[good[pair_d]]] = pair_drawn[good[pair_d]]
+        synthetic_beyond[accepted] = beyond_drawn[good[todo]]
         keep_block = good[block_d]
         band_groups.append((block_d[keep_block], band_b[group_of_block][keep_block], sizes[keep_block]))
         rejected += len(todo) - len(accepted)
@@ -268,35 +288,27 @@ def release(
     progress.update()
     progress.close()
 
-    min_keep = min(bands.keep)
-    eps_ar = accept_reject_epsilon(epsilon, TAIL_SHARE * delta)
-    max_ceil_alpha = int(np.ceil(alpha).max()) if len(alpha) else 0
-    privacy = OnTheMapPrivacy(
-        epsilon=epsilon,
-        delta=delta,
-        epsilon_accept_reject=eps_ar,
-        epsilon_after_shrinking=shrunk_epsilon(eps_ar, min_keep, max_ceil_alpha),
-        min_keep_probability=min_keep,
-        max_ceil_alpha=max_ceil_alpha,
-        min_alpha=float(alpha.min()) if len(alpha) else float("nan"),
-    )
+    priors = PriorSummary.of(alpha)
+    privacy = release_cost(epsilon, delta, bands.keep, bands.edges_miles[-1], priors)
+    kept_domain = kept.sum(axis=1) + occupied.sum(axis=1)  # inside blocks; B besides
     stats = {
         "destinations": n_dest,
-        "input_pairs": len(destination) + suppressed_pairs,
-        "suppressed_pairs": suppressed_pairs,
-        "suppressed_workers": suppressed_workers,
-        "workers": int(n_workers.sum()),
-        "max_domain": int(domain.max()) if n_dest else 0,
+        "input_pairs": len(origin) + beyond_pairs,
+        "beyond_pairs": beyond_pairs,
+        "beyond_workers": int(beyond.sum()),
+        "workers": int(total.sum()),
+        "inside_workers": int(total.sum() - beyond.sum()),
+        "synthetic_beyond_workers": int(synthetic_beyond.sum()),
+        "max_domain": int(within[:, -1].max()) if n_dest else 0,
         "mean_kept_empty_blocks": float(kept.sum(1).mean()) if n_dest else 0.0,
-        "mean_prior_mass": float((alpha * (kept.sum(1) + (occupied.sum(1)))).mean()) if n_dest else 0.0,
+        "mean_prior_mass": float((alpha * kept_domain + alpha_beyond).mean()) if n_dest else 0.0,
         "rejected_draws": rejected,
         "rounds": rounds,
         "synthetic_pairs": len(out_count),
         "workers_from_empty_blocks": int(new_size.sum()),
     }
-    kept_domain = kept.sum(axis=1) + occupied.sum(axis=1)
     return OnTheMapRelease(
-        out_destination, out_origin, out_count, privacy, dest_blocks, alpha, stats, kept_domain
+        out_destination, out_origin, out_count, privacy, priors, dest_blocks, alpha, stats, kept_domain
     )
 
 

@@ -20,8 +20,10 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Sections 3.3 and 3.3.1.
   Lap(Delta / eps_e) noise (equation 8), Delta = h_b(1/n_low) from :mod:`petlab.plaindata.plausible.entropy`
   (equation 9 derived there, n_low from the noisy count of equation 10). The K entropies compose
   by advanced composition (or basic, if smaller), the count by sequential composition: the
-  structure is (eps_n + eps_K, delta' + delta_n)-DP. Noisy entropies are clamped to
-  [0, ln |domain|] and SU to [0, 1] (post-processing).
+  structure is (eps_n + eps_K, delta' + delta_n)-DP (a :class:`PrivacyCost` with those parts).
+  Noisy entropies are clamped to [0, ln |domain|] and SU to [0, 1] (post-processing). An empty
+  D_S is allowed (each record is assigned to it at random, so it can be): every entropy is 0
+  before the noise, and the noisy count covers the size.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from itertools import combinations
 
 import numpy as np
 
-from petlab.plaindata.dp.composition import Budget, best_composition, per_query_epsilon
+from petlab.plaindata.dp.accounting import PrivacyCost
+from petlab.plaindata.dp.composition import per_query_epsilon, repeated, sequential
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 from petlab.plaindata.plausible.entropy import count_lower_bound, entropy, entropy_sensitivity
 
@@ -46,7 +49,7 @@ class Structure:
 
     parents: tuple[tuple[int, ...], ...]
     order: tuple[int, ...]
-    budget: Budget | None  # None when learned without noise
+    budget: PrivacyCost | None  # None when learned without noise
     entropy_scale: float  # Laplace scale of each noisy entropy (0 without noise)
     queries: int  # number of noisy entropies
 
@@ -205,8 +208,20 @@ def learn_structure(
         epsilon_entropy = per_query_epsilon(epsilon - epsilon_count, len(queries), delta / 2)
         scale = entropy_sensitivity(n_low) / epsilon_entropy
         noisy = source.laplace(exact, scale)
-        entropies_budget = best_composition(epsilon_entropy, len(queries), delta / 2)
-        budget = Budget(epsilon_count + entropies_budget.epsilon, delta_count + entropies_budget.delta)
+        count_cost = PrivacyCost(
+            epsilon_count,
+            delta_count,
+            "noisy record count of D_S and its lower bound (equation 10)",
+            "Laplace mechanism; the bound fails with probability delta_n",
+        )
+        one_entropy = PrivacyCost(
+            epsilon_entropy,
+            0.0,
+            "one noisy entropy",
+            "Laplace mechanism, sensitivity h_b(1/n_low), equation 9",
+        )
+        entropies = repeated(one_entropy, len(queries), delta / 2, f"{len(queries)} noisy entropies")
+        budget = sequential([count_cost, entropies], "structure (Section 3.3.1)")
     value = dict(zip(queries, np.clip(noisy, 0.0, ceilings), strict=True))
 
     def h(*variables: Variable) -> float:

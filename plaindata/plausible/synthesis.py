@@ -3,13 +3,20 @@
 Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the generative model
 (Section 3) and the tool (Section 5).
 
-1. Split the data at random into disjoint subsets: D_S (structure), D_P (parameters) and D_T
-   (seeds) (Section 3, Section 6.1).
+1. Assign every record of D to D_S (structure), D_P (parameters) or D_T (seeds) independently at
+   random, with the public probabilities ``config.split`` (Section 3, Section 6.1). Independently,
+   not as a fixed-size split: then adding or removing one record changes its own subset only,
+   which is what parallel composition needs (derivation in :mod:`.accounting`). A subset may be
+   empty; every step below accepts that.
 2. Learn the structure on D_S and the parameters on D_P with differential privacy
-   (:mod:`.bayes_structure`, :mod:`.bayes_model`). The subsets are disjoint, so
-   the model is (max(eps_S, eps_P), max(delta_S, delta_P))-DP by parallel composition (Section 3.5).
+   (:mod:`.bayes_structure`, :mod:`.bayes_model`).
 3. Mechanism 1, vectorised over a batch: draw seeds uniformly from D_T, resample omega attributes,
-   count each candidate's plausible seeds and run Privacy Test 1 or 2.
+   count each candidate's plausible seeds and run Privacy Test 1 or 2. With D_T empty there is no
+   seed to draw and every run outputs nothing.
+4. The release (:func:`synthesize`): runs of Mechanism 1 until ``count`` records pass, at most
+   ``max_candidates`` runs (default :data:`CANDIDATES_PER_RECORD` x ``count``); fewer than
+   ``count`` passing records is a failed run, which releases nothing. Its privacy, the exit
+   status included, is derived in :mod:`.accounting`.
 
 Counting plausible seeds. Pr{y = M(d)} is 0 unless d agrees with y on the kept attributes and is
 then one common value (see :mod:`petlab.plaindata.plausible.bayes_model`), so all the seeds with non-zero
@@ -22,13 +29,8 @@ after ``max_check_plausible`` of them or at ``max_plausible`` plausible ones; th
 plausible seeds among the first M of N examined is hypergeometric, and that is what is drawn.
 
 Randomness: the Laplace noise of the model and of Test 2 comes from OpenDP (OS randomness, exact
-sampling; :mod:`petlab.plaindata.dp.noise`); seeds and resampling use a numpy generator seeded from OS entropy
-unless the caller passes a seed (tests, reproducible experiments).
-
-Privacy of a release: the model's budget, and for each released record Theorem 1's (eps, delta)
-with respect to D_T (Test 2 only; Test 1 gives plausible deniability, not differential privacy).
-Each record of D is in exactly one subset. Releasing R records composes Theorem 1's guarantee R
-times for the seeds (the paper's Discussion); the report gives basic and advanced composition.
+sampling; :mod:`petlab.plaindata.dp.noise`); the assignment, seeds and resampling use the caller's
+generator (ChaCha20 from OS entropy in a release; seeded for tests and experiments).
 """
 
 from __future__ import annotations
@@ -39,14 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from petlab.plaindata.dp.composition import (
-    Budget,
-    advanced_composition,
-    basic_composition,
-    best_composition,
-    parallel_composition,
-    per_query_epsilon,
-)
+from petlab.plaindata.dp.accounting import PrivacyCost
+from petlab.plaindata.dp.composition import parallel, per_query_epsilon, repeated
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
 from petlab.plaindata.plausible.bayes_model import (
     BayesNet,
@@ -55,14 +51,10 @@ from petlab.plaindata.plausible.bayes_model import (
     resample,
 )
 from petlab.plaindata.plausible.bayes_structure import Structure, learn_structure
-from petlab.plaindata.plausible.privacy_tests import (
-    Theorem1,
-    default_t,
-    privacy_test_1_batch,
-    privacy_test_2_batch,
-    theorem1,
-)
+from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
+
+CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record (see .accounting)
 
 
 @dataclass(frozen=True)
@@ -104,24 +96,23 @@ class FittedModel:
     model: BayesNet
     structure: Structure
     seeds: np.ndarray  # D_T as index codes
-    parameters_budget: Budget | None
+    parameters_budget: PrivacyCost | None
 
     @property
-    def model_budget(self) -> Budget | None:
+    def model_budget(self) -> PrivacyCost | None:
         if self.structure.budget is None or self.parameters_budget is None:
             return None
-        return parallel_composition(self.structure.budget, self.parameters_budget)
+        return parallel([self.structure.budget, self.parameters_budget], "model")
 
 
-def split_indices(n: int, shares: tuple[float, float, float], rng: np.random.Generator):
-    """Disjoint random index sets for D_S, D_P, D_T (data-independent, so free of privacy cost)."""
-    order = rng.permutation(n)
-    first = round(shares[0] * n)
-    second = first + round(shares[1] * n)
-    parts = order[:first], order[first:second], order[second:]
-    if min(len(p) for p in parts) == 0:
-        raise ValueError(f"{n} records are too few to split into structure, parameter and seed subsets")
-    return parts
+def assign_subsets(
+    n: int, shares: tuple[float, float, float], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index sets of D_S, D_P, D_T: every record assigned independently, with probabilities
+    ``shares`` (one record's presence changes its own subset only; module docstring, step 1).
+    The sets are disjoint and may be empty."""
+    subset = rng.choice(3, size=n, p=np.asarray(shares, dtype=float) / sum(shares))
+    return np.flatnonzero(subset == 0), np.flatnonzero(subset == 1), np.flatnonzero(subset == 2)
 
 
 def fit(
@@ -136,7 +127,7 @@ def fit(
     if config.omega > codes.shape[1]:
         raise ValueError(f"omega = {config.omega} exceeds the {codes.shape[1]} attributes")
     source = noise or OpenDPNoise()
-    structure_part, parameter_part, seed_part = split_indices(len(codes), config.split, rng)
+    structure_part, parameter_part, seed_part = assign_subsets(len(codes), config.split, rng)
     eps = config.model_epsilon
     structure = learn_structure(
         codes[structure_part],
@@ -152,7 +143,13 @@ def fit(
         per_table, parameters_budget = None, None
     else:
         per_table = per_query_epsilon(eps, m, config.model_delta)
-        parameters_budget = best_composition(per_table, m, config.model_delta)
+        one_table = PrivacyCost(
+            per_table,
+            0.0,
+            "one noisy conditional table",
+            "Laplace mechanism, sensitivity 1 (equations 11-14)",
+        )
+        parameters_budget = repeated(one_table, m, config.model_delta, "parameters (Section 3.4.1)")
     model = learn_parameters(
         codes[parameter_part],
         cardinalities,
@@ -173,9 +170,9 @@ def fit_marginals(
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
 ) -> BayesNet:
-    """The marginal baseline: the same share of records for parameters (a fresh random split) and the
-    same per-table budget as :func:`fit`."""
-    _, parameter_part, _ = split_indices(len(codes), config.split, rng)
+    """The marginal baseline: the same share of records for parameters (a fresh random assignment)
+    and the same per-table budget as :func:`fit`."""
+    _, parameter_part, _ = assign_subsets(len(codes), config.split, rng)
     m = codes.shape[1]
     per_table = (
         None
@@ -232,8 +229,14 @@ def generate_and_test(
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
 ) -> Candidates:
-    """Mechanism 1 for ``count`` candidates (seeds drawn with replacement from D_T)."""
+    """Mechanism 1 for ``count`` candidates (seeds drawn with replacement from D_T). With D_T
+    empty no seed can be drawn: every run outputs nothing (``passed`` all false)."""
     seeds = fitted.seeds
+    if len(seeds) == 0:
+        nothing = np.zeros(count, dtype=np.int64)
+        return Candidates(
+            np.zeros((count, seeds.shape[1]), np.int64), nothing, nothing, np.zeros(count, bool)
+        )
     seed_rows = rng.integers(len(seeds), size=count)
     candidates = resample(fitted.model, seeds[seed_rows], config.omega, rng)
     counts = plausible_counts(
@@ -253,16 +256,29 @@ def generate_and_test(
 
 @dataclass(frozen=True)
 class SynthesisRun:
-    """The released records (at most the requested count) and the test's tally over all candidates
-    generated (the last batch may pass more than were needed)."""
+    """The released records (at most the requested count), the test's tally over all candidates
+    generated (the last batch may pass more than were needed) and the run limit used."""
 
     records: np.ndarray
     candidates: int
     passed: int
+    limit: int
 
     @property
     def pass_rate(self) -> float:
         return self.passed / self.candidates if self.candidates else 0.0
+
+
+def candidate_limit(count: int, max_candidates: int | None = None) -> int:
+    """Runs of Mechanism 1 allowed for ``count`` records: ``max_candidates``, or
+    :data:`CANDIDATES_PER_RECORD` x ``count`` (public: the privacy statement depends on it). A limit
+    below ``count`` makes every run fail, whatever the data."""
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    limit = max_candidates if max_candidates is not None else CANDIDATES_PER_RECORD * count
+    if limit < 1:
+        raise ValueError("the candidate limit must be at least 1")
+    return limit
 
 
 def synthesize(
@@ -275,10 +291,9 @@ def synthesize(
     batch: int = 20_000,
     show_progress: bool = False,
 ) -> SynthesisRun:
-    """Generate candidates in batches until ``count`` pass the test (or ``max_candidates`` tried)."""
-    if count < 1:
-        raise ValueError("count must be at least 1")
-    limit = max_candidates if max_candidates is not None else 100 * count
+    """Runs of Mechanism 1 until ``count`` pass the test or :func:`candidate_limit` runs are done.
+    Fewer than ``count`` records back means the run failed (module docstring, step 4)."""
+    limit = candidate_limit(count, max_candidates)
     released: list[np.ndarray] = []
     have = tried = passed = 0
     with tqdm(total=count, desc="released", unit="rec", disable=not show_progress) as progress:
@@ -291,61 +306,5 @@ def synthesize(
             released.append(accepted)
             have += len(accepted)
             progress.update(len(accepted))
-            # no candidate count or pass rate on screen: both are confidential (issue 16)
     records = np.vstack(released) if released else np.empty((0, fitted.seeds.shape[1]), np.int64)
-    return SynthesisRun(records, tried, passed)
-
-
-@dataclass(frozen=True)
-class PlausiblePrivacyReport:
-    config: PlausibleConfig
-    structure: Budget | None
-    parameters: Budget | None
-    model: Budget | None
-    per_record: Theorem1 | None
-    released: int
-
-    @classmethod
-    def of(cls, fitted: FittedModel, config: PlausibleConfig, released: int) -> PlausiblePrivacyReport:
-        per_record = None
-        if config.eps0 is not None and config.k >= 2:
-            t = config.t if config.t is not None else default_t(config.k, config.eps0, config.model_delta)
-            per_record = theorem1(config.k, config.gamma, config.eps0, t)
-        return cls(
-            config,
-            fitted.structure.budget,
-            fitted.parameters_budget,
-            fitted.model_budget,
-            per_record,
-            released,
-        )
-
-    def lines(self) -> list[str]:
-        c = self.config
-        out = [f"plausible deniability: k = {c.k}, gamma = {c.gamma:g}, omega = {c.omega}"]
-        if self.model is None:
-            out.append("model: learned WITHOUT noise (no differential privacy for D_S and D_P)")
-        else:
-            out.append(
-                f"model: structure {self.structure} (noisy entropies + record count), parameters "
-                f"{self.parameters}; disjoint subsets, so the model is {self.model}-DP"
-            )
-        if self.per_record is None:
-            out.append(
-                "test: Privacy Test 1 (deterministic): (k, gamma)-plausible deniability, no DP guarantee"
-            )
-        else:
-            r = self.per_record
-            out.append(
-                f"test: Privacy Test 2, eps0 = {c.eps0:g}: each released record is ({r.epsilon:.4g}, "
-                f"{r.delta:.3g})-DP for the seeds (Theorem 1, t = {r.t})"
-            )
-            if self.released > 1:
-                basic = basic_composition(r.epsilon, self.released, r.delta)
-                advanced = advanced_composition(r.epsilon, self.released, c.model_delta, r.delta)
-                total, how = (basic, "basic") if basic.epsilon <= advanced.epsilon else (advanced, "advanced")
-                out.append(
-                    f"all {self.released} released records together: {total}-DP for the seeds by {how} "
-                    "composition (Discussion, Section 8)"
-                )
-        return out
+    return SynthesisRun(records, tried, passed, limit)

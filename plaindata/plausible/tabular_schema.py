@@ -49,9 +49,10 @@ class Schema:
             values = frame[name].to_numpy()
             lookup = pd.Index(domain)
             index = lookup.get_indexer(values)
-            if (index < 0).any():
-                bad = sorted(set(values[index < 0].tolist()))[:5]
-                raise ValueError(f"attribute {name!r} has values outside its domain, e.g. {bad}")
+            if (index < 0).any():  # the values themselves are confidential: not named
+                raise ValueError(
+                    f"attribute {name!r} has values outside its domain (public; the values are not named)"
+                )
             out[:, j] = index
         return out
 
