@@ -8,7 +8,7 @@ suspension (issue 22, ``people``).
 It works on the controller's database (``sessions.sqlite`` in the data directory) while the server
 runs: the server reads a person's record before every analysis, so a lift or a suspension takes
 effect at the person's next call. Lifting also clears the person's refusal count (the budget starts
-again); suspending closes the person's open sessions.
+again); a suspended person's open session closes at its next step.
 """
 
 from __future__ import annotations

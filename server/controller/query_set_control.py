@@ -55,8 +55,13 @@ class QuerySetControl:
         """Why these query sets may not be released together, or None."""
         if not len(masks):
             return None
+        return self.violation_packed(np.stack([np.packbits(np.asarray(m, dtype=bool)) for m in masks]))
+
+    def violation_packed(self, new: np.ndarray) -> str | None:
+        """:meth:`violation` for query sets given as packed bits (one row each)."""
+        if not len(new):
+            return None
         t, n = self.threshold, self.n_records
-        new = np.stack([np.packbits(np.asarray(m, dtype=bool)) for m in masks])
         new_sizes = _POPCOUNT[new].sum(axis=1)
         for size in new_sizes:
             if 0 < size < t:

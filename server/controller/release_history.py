@@ -87,7 +87,8 @@ class ReleaseHistory:
         if empty:
             return f"zero cell: {empty}"
         control = QuerySetControl(len(self.data), self.rules.threshold, self.audit.released_bits())
-        violation = control.violation(evaluated.query_sets)
+        sets = [np.frombuffer(row.members, dtype=np.uint8) for row in rows if row.weight is None]
+        violation = control.violation_packed(np.stack(sets)) if sets else None
         if violation:
             return f"query-set-size control: {violation}"
         finding = self.audit.check([_functional(row) for row in rows])

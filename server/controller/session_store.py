@@ -244,7 +244,8 @@ class SessionStore:
 
     def set_suspended(self, person: str, suspended: bool, note: str) -> PersonState:
         """The data owner's decision: suspend a person, or lift a suspension (which also clears the
-        refusal count, so the budget starts again)."""
+        refusal count, so the budget starts again). The server enforces it at the person's next call
+        (and closes the open session then)."""
         now = time.time()
         with self.lock, self._db:
             self._db.execute(
@@ -254,8 +255,6 @@ class SessionStore:
             )
             if not suspended:
                 self._db.execute("UPDATE persons SET refusals = 0 WHERE person = ?", (person,))
-            else:
-                self._close_open(person, "closed: the data owner suspended the person", now)
         return self.person(person)
 
     # ---------------------------------------------------------------- the release history
