@@ -271,7 +271,7 @@ def test_a_group_of_two_is_protected(server, channel, monkeypatch):
     monkeypatch.setattr(
         release_audit,
         "find_group",
-        lambda rows, sizes, t, p, budget: single_records(rows, sizes, 2, p, budget),
+        lambda rows, sizes, t, p, *limits: single_records(rows, sizes, 2, p, *limits),
     )
     results = outcomes(channel, specs)
     assert None not in results

@@ -425,7 +425,9 @@ def test_each_protection_is_needed(kind, monkeypatch):
     assert not determined_groups(coalition_releases(data, steps)[0], len(data), 10)
     if kind == "group":
         single = release_audit.find_group
-        monkeypatch.setattr(release_audit, "find_group", lambda r, s, t, p, b: single(r, s, 2, p, b))
+        monkeypatch.setattr(
+            release_audit, "find_group", lambda r, s, t, p, *limits: single(r, s, 2, p, *limits)
+        )
     if kind == "regression":
         every = release_history.released_functionals
         monkeypatch.setattr(

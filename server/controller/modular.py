@@ -87,31 +87,30 @@ def row_log2_norm(weights: np.ndarray) -> float:
 
 
 def rref(matrix: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reduced row echelon form mod p (entries in [0, p)) and the pivot columns, left to right."""
+    """Reduced row echelon form mod p (entries in [0, p)) and the pivot columns, left to right.
+    A pivot row is zero left of its pivot, so each elimination touches the columns from the pivot
+    on; f * a_r < 2^62 and a - f * a_r > -2^62 stay in int64 before the one reduction mod p."""
     a = np.array(matrix, dtype=np.int64) % p
     rows, cols = a.shape
     pivots: list[int] = []
     r, c = 0, 0
     while r < rows and c < cols:
-        column = a[r:, c]
-        nonzero = np.flatnonzero(column)
+        nonzero = np.flatnonzero(a[r:, c])
         if not len(nonzero):
-            # skip a run of columns that are zero below row r in one step
-            rest = a[r:, c:]
-            any_nonzero = np.flatnonzero(rest.any(axis=0))
-            if not len(any_nonzero):
+            rest = np.flatnonzero(a[r:, c:].any(axis=0))  # skip a run of zero columns at once
+            if not len(rest):
                 break
-            c += int(any_nonzero[0])
+            c += int(rest[0])
             continue
         k = r + int(nonzero[0])
         if k != r:
             a[[r, k]] = a[[k, r]]
-        a[r] = a[r] * pow(int(a[r, c]), p - 2, p) % p
+        a[r, c:] = a[r, c:] * pow(int(a[r, c]), p - 2, p) % p
         factors = a[:, c].copy()
         factors[r] = 0
         others = np.flatnonzero(factors)
         if len(others):
-            a[others] = (a[others] - factors[others, None] * a[r][None, :] % p) % p
+            a[others, c:] = (a[others, c:] - factors[others, None] * a[r, c:][None, :]) % p
         pivots.append(c)
         r += 1
         c += 1

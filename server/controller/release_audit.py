@@ -31,8 +31,9 @@ How, exactly and without a dense sets x records matrix:
    probability p^-3); atoms outside the support belong to no determined group. An empty support
    ends the audit: nothing is determined, completely.
 4. A basis of V on its support: D uniform random combinations of Y's rows times M, D doubled
-   until their rank is at most D - 8 (then D uniform vectors of V fail to span it with probability
-   below 2 p^-9), or all of Y's rows once D reaches their number (exact).
+   (adding rows to the reduced basis) until their rank is at most D - 8 (then D uniform vectors of
+   V fail to span it with probability below 2 p^-9), or all of Y's rows once D reaches their number
+   (exact).
 5. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
    whose atoms total fewer than t records.
 
@@ -47,12 +48,13 @@ of 99; Kleinberg, Papadimitriou and Raghavan 2000 show that auditing under such 
 Boolean ones, is coNP-hard); quantiles and other order statistics (covered by their own rules);
 what refusals tell (``service``: each refusal is a bit, bounded per person).
 
-When the audit cannot finish (the basis would exceed ``max_entries`` numbers, or the search its
-node budget) it refuses: a long history of fine-grained releases eventually stops releasing, which
-costs utility, never privacy. Cost per check: one RREF of M_L^T (at most N/t x m), a pass over
-the released bits on the small atoms (m x A_S, float64 BLAS in blocks), the basis (D x support)
-and the search; state kept between checks: the released functionals as packed bits (m N / 8
-bytes) and each record's atom (N integers). ``petlab-experiments audit-bench`` measures it.
+When the audit cannot finish (the basis would exceed ``max_entries`` numbers or ``max_work``
+operations to reduce, or the search its node budget) it refuses: a long history of fine-grained
+releases eventually stops releasing, which costs utility, never privacy. Cost per check: one
+RREF of M_L^T (at most N/t x m), a pass over the released bits on the small atoms (m x A_S,
+float64 BLAS in blocks), the basis (D x support) and the search; state kept between checks: the
+released functionals as packed bits (m N / 8 bytes) and each record's atom (N integers).
+``petlab-experiments audit-bench`` measures it.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ class ReleaseAudit:
     threshold: int = 10
     primes: tuple[int, ...] = ()
     rng: np.random.Generator | None = None
-    max_entries: int = 25_000_000
+    max_entries: int = 25_000_000  # numbers in the basis of the space on the small atoms
+    max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
     search_budget: int = 20_000
     n_primes: int = 2
     _bits: np.ndarray = field(init=False, repr=False)
@@ -209,28 +212,33 @@ class ReleaseAudit:
         support = small[(values != 0).any(axis=0)]
         if not len(support):
             return None
-        depth = 32
+        basis = np.zeros((0, len(support)), dtype=np.int64)
+        depth, drawn = 32, 0
         while True:
-            if min(depth, len(combinations)) * len(support) > self.max_entries:
+            exact = depth >= len(combinations)
+            rows = len(combinations) if exact else depth
+            if rows * len(support) > self.max_entries or rows * rows * len(support) > self.max_work:
                 return Finding(
                     f"the audit cannot certify the release: the combinations that vanish on every "
-                    f"group of {self.threshold} or more records reach {len(support)} small atoms, "
-                    f"more than its memory cap allows"
+                    f"group of {self.threshold} or more records span more than {len(basis)} "
+                    f"dimensions over {len(support)} small atoms, beyond its memory or work cap"
                 )
-            if depth >= len(combinations):  # every combination: exact
+            if exact:  # every combination: no sampling
                 mixing = combinations
-            else:
-                mixing = matmul(self.rng.integers(0, p, size=(depth, len(combinations))), combinations, p)
-            basis, _ = rref(self._times(mixing, bits, weights, representatives[support], p), p)
-            if depth >= len(combinations) or len(basis) <= depth - SPAN_MARGIN:
+            else:  # depth uniform random combinations in all: the ones not drawn yet
+                draw = self.rng.integers(0, p, size=(depth - drawn, len(combinations)))
+                mixing, drawn = matmul(draw, combinations, p), depth
+            fresh = self._times(mixing, bits, weights, representatives[support], p)
+            basis, _ = rref(np.concatenate([basis, fresh]), p)
+            if exact or len(basis) <= depth - SPAN_MARGIN:
                 break
             depth *= 2
         try:
-            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget)
+            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget, self.max_work)
         except SearchBudget:
             return Finding(
                 f"the audit cannot certify the release: the search for a determined group of fewer "
-                f"than {self.threshold} records needed more than {self.search_budget} steps"
+                f"than {self.threshold} records needed more than its budget of steps or work"
             )
         if found is None:
             return None

@@ -288,7 +288,11 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             return self._abort(session, position, "internal error", "the analysis failed", refusal=True)
         history = self._history_for(session.person)
         with self._release_lock:  # module docstring: decide and record against one history
-            reason = refusal_reason(evaluated, history)
+            try:
+                reason = refusal_reason(evaluated, history)
+            except Exception:  # the decision failed: nothing is released, the session ends cleanly
+                log.exception("session %s: the decision on analysis %d failed", session.session_id, position)
+                return self._abort(session, position, "internal error", "the analysis failed")
             if reason:
                 return self._abort(session, position, reason)
             rows = released_functionals(evaluated)

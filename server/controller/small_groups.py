@@ -22,11 +22,12 @@ The method, exact (a certificate either way, no sampling):
   dropping a branch once its pivots alone reach t records.
 
 Cost: each node is one RREF of at most d x w plus t - 1 left null spaces of d x w/(t-1)
-matrices, O(t d^2 w). On generic rows (the usual case) every L_k is {0} and the search ends at
+matrices, O(d^2 w) in all. On generic rows (the usual case) every L_k is {0} and the search ends at
 the root; structured rows (a difference of two atoms, a swapped pair) leave small L_k. Measured on
 the 5,000-record ACS sample with hundreds of random analyses: d up to 113 over 4,850 atoms in
-about one second. The number of nodes is capped (``budget``): past it the search raises
-:class:`SearchBudget` and the audit refuses, so the cap costs utility, never privacy.
+about one second. The number of nodes and their total cost are capped (``budget``, ``work``):
+past either the search raises :class:`SearchBudget` and the audit refuses, so the caps cost
+utility, never privacy.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ class SearchBudget(Exception):
 
 
 def find_group(
-    rows: np.ndarray, sizes: np.ndarray, t: int, p: int, budget: int = 20_000
+    rows: np.ndarray, sizes: np.ndarray, t: int, p: int, budget: int = 20_000, work: float = 2e9
 ) -> np.ndarray | None:
     """Columns of a 0/1 vector of the row space of ``rows`` (mod p) whose ``sizes`` total 1 to
-    t - 1, or None if there is none. Raises :class:`SearchBudget` past ``budget`` nodes."""
+    t - 1, or None if there is none. Raises :class:`SearchBudget` past ``budget`` nodes or ``work``
+    (the sum over nodes of d^2 w, their reductions' cost)."""
     if t < 2:
         return None
-    counter = [0]
+    counter = [0, 0.0, work]
     sizes = np.asarray(sizes, dtype=np.int64)
     for block_rows, block_columns in blocks(np.asarray(rows, dtype=np.int64) % p):
         found = _search(block_rows, sizes[block_columns], t, p, counter, budget)
@@ -84,9 +86,10 @@ def blocks(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def _search(rows: np.ndarray, sizes: np.ndarray, t: int, p: int, counter: list[int], budget: int):
+def _search(rows: np.ndarray, sizes: np.ndarray, t: int, p: int, counter: list, budget: int):
     counter[0] += 1
-    if counter[0] > budget:
+    counter[1] += float(len(rows)) ** 2 * rows.shape[1]
+    if counter[0] > budget or counter[1] > counter[2]:
         raise SearchBudget
     keep = np.flatnonzero(rows.any(axis=0))  # a column where all of V vanishes is never in z
     basis, pivots = rref(rows[:, keep], p)
