@@ -1,7 +1,7 @@
 """``petlab-server persons``: the data owner's view of the persons who analyse, and the lift of a
 suspension (issue 22, ``people``).
 
-    petlab-server persons list [--data-dir DIR]
+    petlab-server persons [list] [--data-dir DIR]
     petlab-server persons lift PERSON [--data-dir DIR] [--note TEXT]
     petlab-server persons suspend PERSON [--data-dir DIR] [--note TEXT]
 
@@ -25,7 +25,7 @@ DATABASE = "sessions.sqlite"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("list", "lift", "suspend"))
+    parser.add_argument("action", nargs="?", default="list", choices=("list", "lift", "suspend"))
     parser.add_argument("person", nargs="?", help="the person (for lift and suspend)")
     add_env_option(parser, "--data-dir", Path, Path("petlab-data"), "the server's data directory")
     parser.add_argument("--note", default="", help="why (kept with the person's record)")
