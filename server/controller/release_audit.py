@@ -32,7 +32,7 @@ How, exactly and without a dense sets x records matrix:
    ends the audit: nothing is determined, completely.
 4. A basis of V on its support: D uniform random combinations of Y's rows times M, D doubled
    (adding rows to the reduced basis) until their rank is at most D - 8 (then D uniform vectors of
-   V fail to span it with probability below 2 p^-9), or all of Y's rows once D reaches their number
+   V fail to span it with probability below 2 p^-8), or all of Y's rows once D reaches their number
    (exact).
 5. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
    whose atoms total fewer than t records.
