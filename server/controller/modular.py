@@ -39,6 +39,8 @@ import numpy as np
 LOW, HIGH = 1 << 30, 1 << 31
 PRIMES_IN_RANGE = 35_000_000  # a lower bound on pi(2^31) - pi(2^30) (module docstring)
 CHUNK = 2048  # columns per float64 block in the products with 0/1 matrices
+PANEL = 64  # pivots per panel of the blocked elimination
+WINDOW = 512  # columns searched for a panel's pivots
 
 
 def is_prime(n: int) -> bool:
@@ -88,8 +90,52 @@ def row_log2_norm(weights: np.ndarray) -> float:
 
 def rref(matrix: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
     """Reduced row echelon form mod p (entries in [0, p)) and the pivot columns, left to right.
-    A pivot row is zero left of its pivot, so each elimination touches the columns from the pivot
-    on; f * a_r < 2^62 and a - f * a_r > -2^62 stay in int64 before the one reduction mod p."""
+
+    Blocked Gauss-Jordan: the columns go in panels of at most ``PANEL`` pivots (found in windows of
+    ``WINDOW`` columns); a panel's pivots (columns, and rows independent on them, B the k x k
+    block) come from :func:`rref_simple` on the panel alone,
+    then every row is updated at once with two exact products (:func:`matmul`, float64 BLAS):
+    the pivot rows become B^-1 A_R, every other row o loses A[o, pivots] B^-1 A_R. A row below the
+    pivots lies in their span on the panel, so its panel part vanishes; the rows above lose their
+    entries in the new pivot columns, as RREF requires. Small matrices go to
+    :func:`rref_simple`."""
+    a = np.array(matrix, dtype=np.int64) % p
+    rows, cols = a.shape
+    if rows < 2 * PANEL or cols < 4 * PANEL:
+        return rref_simple(a, p)
+    pivots: list[int] = []
+    r, c = 0, 0
+    while r < rows and c < cols:
+        end = min(c + WINDOW, cols)
+        _, local = rref_simple(a[r:, c:end], p)
+        if not len(local):
+            c = end
+            continue
+        if len(local) > PANEL:  # a panel holds PANEL pivots; the columns after them wait
+            local = local[:PANEL]
+            end = c + int(local[-1]) + 1
+        panel = a[r:, c:end]
+        _, chosen_local = rref_simple(np.ascontiguousarray(panel[:, local].T), p)
+        chosen, columns = r + chosen_local, c + local
+        block = a[np.ix_(chosen, columns)]
+        inverse = rref_simple(np.concatenate([block, np.eye(len(chosen), dtype=np.int64)], axis=1), p)[0]
+        top = matmul(inverse[:, len(chosen) :], a[chosen, c:], p)
+        others = np.setdiff1d(np.arange(rows), chosen)
+        a[others, c:] = (a[others, c:] - matmul(a[np.ix_(others, columns)], top, p)) % p
+        rest = np.setdiff1d(np.arange(r, rows), chosen)
+        a[r + len(chosen) :] = a[rest]
+        a[r : r + len(chosen)] = 0
+        a[r : r + len(chosen), c:] = top
+        pivots += columns.tolist()
+        r += len(chosen)
+        c = end
+    return a[:r], np.asarray(pivots, dtype=np.int64)
+
+
+def rref_simple(matrix: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rref` one pivot at a time. A pivot row is zero left of its pivot, so each elimination
+    touches the columns from the pivot on; f * a_r < 2^62 and a - f * a_r > -2^62 stay in int64
+    before the one reduction mod p."""
     a = np.array(matrix, dtype=np.int64) % p
     rows, cols = a.shape
     pivots: list[int] = []
@@ -144,8 +190,8 @@ def matmul(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
     out_high = np.zeros_like(out_low)
     for start in range(0, left.shape[1], 32):
         part = left[:, start : start + 32]
-        out_low = (out_low + np.mod(part @ low[start : start + 32], p).astype(np.int64)) % p
-        out_high = (out_high + np.mod(part @ high[start : start + 32], p).astype(np.int64)) % p
+        out_low = (out_low + (part @ low[start : start + 32]).astype(np.int64) % p) % p
+        out_high = (out_high + (part @ high[start : start + 32]).astype(np.int64) % p) % p
     return (out_low + out_high * 65536 % p) % p
 
 
@@ -158,7 +204,7 @@ def times_bits(coefficients: np.ndarray, bits: np.ndarray, p: int) -> np.ndarray
     out = np.empty((left.shape[0], bits.shape[1]), dtype=np.int64)
     for start in range(0, bits.shape[1], CHUNK):
         block = bits[:, start : start + CHUNK].astype(np.float64)
-        out[:, start : start + CHUNK] = np.mod(left @ block, p).astype(np.int64)
+        out[:, start : start + CHUNK] = (left @ block).astype(np.int64) % p
     return out
 
 

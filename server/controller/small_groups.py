@@ -33,6 +33,8 @@ utility, never privacy.
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from petlab.server.controller.modular import left_null_space, matmul, rref
 
@@ -61,26 +63,16 @@ def find_group(
 
 
 def blocks(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The rows grouped by shared columns (connected components), each with its nonzero columns."""
-    nonzero = rows != 0
-    parent = np.arange(len(rows))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = int(parent[i])
-        return i
-
-    for column in np.flatnonzero(nonzero.sum(axis=0) > 1):
-        members = np.flatnonzero(nonzero[:, column])
-        first = root(int(members[0]))
-        for member in members[1:]:
-            parent[root(int(member))] = first
-    roots = np.array([root(i) for i in range(len(rows))], dtype=np.int64)
+    """The rows grouped by shared columns (connected components of the bipartite graph of rows and
+    their nonzero columns), each with its nonzero columns."""
+    d, w = rows.shape
+    row_index, column_index = np.nonzero(rows)
+    graph = coo_matrix((np.ones(len(row_index)), (row_index, d + column_index)), shape=(d + w, d + w))
+    _, component = connected_components(graph, directed=False)
     out = []
-    for value in np.unique(roots):
-        members = np.flatnonzero(roots == value)
-        columns = np.flatnonzero(nonzero[members].any(axis=0))
+    for value in np.unique(component[:d]):
+        members = np.flatnonzero(component[:d] == value)
+        columns = np.flatnonzero(component[d:] == value)
         if len(columns):
             out.append((rows[np.ix_(members, columns)], columns))
     return out
