@@ -4,7 +4,7 @@
     petlab-analyst prepare analyses.json --key analyst.pem --out sequence.json
     petlab-analyst describe --server HOST:PORT --out controller.json
     petlab-analyst certify sequence.json --policy policy.json --key authority.pem \
-        --controller controller.json [--valid-days 30]                              (the authority)
+        --controller controller.json --person ID [--valid-days 30]                  (the authority)
     petlab-analyst run sequence.json --server HOST:PORT
 
 Domingo-Ferrer (PSD 2022), Sections 3 and 4.2. ``prepare`` validates every spec against
@@ -13,8 +13,10 @@ holds the analyses not yet revealed, so it is written owner-only. ``certify`` is
 authority's step: it checks that the traces commit to exactly the specs in the file, checks them
 against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0
 together with the analyst's key and the scope: the controller's id, its data set's and rules'
-SHA-256 (what ``describe`` fetches from the controller) and an expiry, so the co-signature holds at
-that controller, on that data, under those rules and until then only. ``run`` opens a session and
+SHA-256 (what ``describe`` fetches from the controller), an expiry and the person the key belongs to,
+so the co-signature holds at that controller, on that data, under those rules, for that person and
+until then only (the controller counts refusals and quotas per person: a fresh key is not a fresh
+start). ``run`` opens a session and
 reveals one trace at a time, stopping at the first abort.
 """
 
@@ -49,7 +51,7 @@ from petlab.owner_only import write_owner_only
 from petlab.protos import controller_pb2, controller_pb2_grpc
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
-DOCUMENT_VERSION = 2  # instruction format 2 (16-byte salts) and scoped co-signatures
+DOCUMENT_VERSION = 3  # instruction format 2 (16-byte salts); co-signatures scoped to a person
 
 
 def keygen(out: Path) -> Path:
@@ -135,13 +137,20 @@ def certify(
     controller: dict,
     valid_seconds: float = 30 * 86400,
     now: float | None = None,
+    *,
+    person: str,
 ) -> dict:
     """The certification authority's check and co-signature (Section 4.2), for the controller
-    ``controller`` (``describe``'s output) and ``valid_seconds`` from ``now``."""
+    ``controller`` (``describe``'s output), ``valid_seconds`` from ``now``, and the ``person``
+    whose key signed the sequence (the authority has checked who holds it)."""
     if valid_seconds <= 0:
         raise ValueError("the certification's validity must be positive")
     scope = CertificationScope.from_json(
-        {**controller, "expires": int((time.time() if now is None else now) + valid_seconds)}
+        {
+            **controller,
+            "expires": int((time.time() if now is None else now) + valid_seconds),
+            "person_id": person,
+        }
     )
     specs = committed_specs(document)
     allowed = set(policy.get("allowed_types", SCHEMA["properties"]["type"]["enum"]))
@@ -177,6 +186,7 @@ def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None)
             analyst_signature=bytes.fromhex(document["analyst_signature"]),
             authority_signature=bytes.fromhex(document["authority_signature"] or ""),
             authority_expires=int((document.get("certification") or {}).get("expires", 0)),
+            person_id=str((document.get("certification") or {}).get("person_id", "")),
         ),
         timeout=timeout,
     )
@@ -217,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "--controller", type=Path, required=True, help="the controller's description (from describe)"
     )
     c.add_argument("--valid-days", type=float, default=30.0, help="how long the co-signature holds")
+    c.add_argument("--person", required=True, help="the person the analyst's key belongs to")
     describe_command = commands.add_parser(
         "describe", help="fetch a controller's id and data set and rules digests"
     )
@@ -245,11 +256,14 @@ def main(argv: list[str] | None = None) -> int:
                 load_private_key(args.key.read_bytes()),
                 json.loads(args.controller.read_text()),
                 args.valid_days * 86400,
+                person=args.person,
             )
             write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
             expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(document["certification"]["expires"]))
             controller_id = document["certification"]["controller_id"]
-            print(f"co-signed {args.sequence} for controller {controller_id}, until {expires}")
+            print(
+                f"co-signed {args.sequence} for {args.person} at controller {controller_id}, until {expires}"
+            )
         elif args.command == "describe":
             with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
                 text = json.dumps(describe(channel, args.timeout), indent=2)

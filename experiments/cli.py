@@ -57,6 +57,11 @@ EXPERIMENTS = (
         "petlab.experiments.plausible_bench",
     ),
     Subcommand(
+        "audit-bench",
+        "the controller's exact audit: time and memory of a decision vs released sets, 5k and 100k records",
+        "petlab.experiments.audit_bench",
+    ),
+    Subcommand(
         "all",
         "every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG",
         "petlab.experiments.run_all",

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epetlab/protos/controller.proto\x12\x14petlab.controller.v1\"\x98\x01\n\x12OpenSessionRequest\x12\x13\n\x0b\x66irst_trace\x18\x01 \x01(\x0c\x12\x1a\n\x12\x61nalyst_public_key\x18\x02 \x01(\x0c\x12\x19\n\x11\x61nalyst_signature\x18\x03 \x01(\x0c\x12\x1b\n\x13\x61uthority_signature\x18\x04 \x01(\x0c\x12\x19\n\x11\x61uthority_expires\x18\x05 \x01(\x04\"\x11\n\x0f\x44\x65scribeRequest\"x\n\x15\x43ontrollerDescription\x12\x15\n\rcontroller_id\x18\x01 \x01(\t\x12\x16\n\x0e\x64\x61taset_sha256\x18\x02 \x01(\x0c\x12\x14\n\x0crules_sha256\x18\x03 \x01(\x0c\x12\x1a\n\x12instruction_format\x18\x04 \x01(\r\")\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\"O\n\x0bNextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05trace\x18\x02 \x01(\x0c\x12\x0f\n\x07pointer\x18\x03 \x01(\t\x12\x0c\n\x04spec\x18\x04 \x01(\x0c\"h\n\x0cNextResponse\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x15\n\x0bresult_json\x18\x03 \x01(\tH\x00\x12\x16\n\x0c\x61\x62ort_reason\x18\x04 \x01(\tH\x00\x42\t\n\x07outcome2\xa7\x02\n\x12\x41nalysisController\x12^\n\x08\x44\x65scribe\x12%.petlab.controller.v1.DescribeRequest\x1a+.petlab.controller.v1.ControllerDescription\x12\x62\n\x0bOpenSession\x12(.petlab.controller.v1.OpenSessionRequest\x1a).petlab.controller.v1.OpenSessionResponse\x12M\n\x04Next\x12!.petlab.controller.v1.NextRequest\x1a\".petlab.controller.v1.NextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epetlab/protos/controller.proto\x12\x14petlab.controller.v1\"\xab\x01\n\x12OpenSessionRequest\x12\x13\n\x0b\x66irst_trace\x18\x01 \x01(\x0c\x12\x1a\n\x12\x61nalyst_public_key\x18\x02 \x01(\x0c\x12\x19\n\x11\x61nalyst_signature\x18\x03 \x01(\x0c\x12\x1b\n\x13\x61uthority_signature\x18\x04 \x01(\x0c\x12\x19\n\x11\x61uthority_expires\x18\x05 \x01(\x04\x12\x11\n\tperson_id\x18\x06 \x01(\t\"\x11\n\x0f\x44\x65scribeRequest\"x\n\x15\x43ontrollerDescription\x12\x15\n\rcontroller_id\x18\x01 \x01(\t\x12\x16\n\x0e\x64\x61taset_sha256\x18\x02 \x01(\x0c\x12\x14\n\x0crules_sha256\x18\x03 \x01(\x0c\x12\x1a\n\x12instruction_format\x18\x04 \x01(\r\")\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\"O\n\x0bNextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05trace\x18\x02 \x01(\x0c\x12\x0f\n\x07pointer\x18\x03 \x01(\t\x12\x0c\n\x04spec\x18\x04 \x01(\x0c\"h\n\x0cNextResponse\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x15\n\x0bresult_json\x18\x03 \x01(\tH\x00\x12\x16\n\x0c\x61\x62ort_reason\x18\x04 \x01(\tH\x00\x42\t\n\x07outcome2\xa7\x02\n\x12\x41nalysisController\x12^\n\x08\x44\x65scribe\x12%.petlab.controller.v1.DescribeRequest\x1a+.petlab.controller.v1.ControllerDescription\x12\x62\n\x0bOpenSession\x12(.petlab.controller.v1.OpenSessionRequest\x1a).petlab.controller.v1.OpenSessionResponse\x12M\n\x04Next\x12!.petlab.controller.v1.NextRequest\x1a\".petlab.controller.v1.NextResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,17 +32,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'petlab.protos.controller_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OPENSESSIONREQUEST']._serialized_start=57
-  _globals['_OPENSESSIONREQUEST']._serialized_end=209
-  _globals['_DESCRIBEREQUEST']._serialized_start=211
-  _globals['_DESCRIBEREQUEST']._serialized_end=228
-  _globals['_CONTROLLERDESCRIPTION']._serialized_start=230
-  _globals['_CONTROLLERDESCRIPTION']._serialized_end=350
-  _globals['_OPENSESSIONRESPONSE']._serialized_start=352
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=393
-  _globals['_NEXTREQUEST']._serialized_start=395
-  _globals['_NEXTREQUEST']._serialized_end=474
-  _globals['_NEXTRESPONSE']._serialized_start=476
-  _globals['_NEXTRESPONSE']._serialized_end=580
-  _globals['_ANALYSISCONTROLLER']._serialized_start=583
-  _globals['_ANALYSISCONTROLLER']._serialized_end=878
+  _globals['_OPENSESSIONREQUEST']._serialized_end=228
+  _globals['_DESCRIBEREQUEST']._serialized_start=230
+  _globals['_DESCRIBEREQUEST']._serialized_end=247
+  _globals['_CONTROLLERDESCRIPTION']._serialized_start=249
+  _globals['_CONTROLLERDESCRIPTION']._serialized_end=369
+  _globals['_OPENSESSIONRESPONSE']._serialized_start=371
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=412
+  _globals['_NEXTREQUEST']._serialized_start=414
+  _globals['_NEXTREQUEST']._serialized_end=493
+  _globals['_NEXTRESPONSE']._serialized_start=495
+  _globals['_NEXTRESPONSE']._serialized_end=599
+  _globals['_ANALYSISCONTROLLER']._serialized_start=602
+  _globals['_ANALYSISCONTROLLER']._serialized_end=897
 # @@protoc_insertion_point(module_scope)

@@ -5,18 +5,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("first_trace", "analyst_public_key", "analyst_signature", "authority_signature", "authority_expires")
+    __slots__ = ("first_trace", "analyst_public_key", "analyst_signature", "authority_signature", "authority_expires", "person_id")
     FIRST_TRACE_FIELD_NUMBER: _ClassVar[int]
     ANALYST_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     ANALYST_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     AUTHORITY_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     AUTHORITY_EXPIRES_FIELD_NUMBER: _ClassVar[int]
+    PERSON_ID_FIELD_NUMBER: _ClassVar[int]
     first_trace: bytes
     analyst_public_key: bytes
     analyst_signature: bytes
     authority_signature: bytes
     authority_expires: int
-    def __init__(self, first_trace: _Optional[bytes] = ..., analyst_public_key: _Optional[bytes] = ..., analyst_signature: _Optional[bytes] = ..., authority_signature: _Optional[bytes] = ..., authority_expires: _Optional[int] = ...) -> None: ...
+    person_id: str
+    def __init__(self, first_trace: _Optional[bytes] = ..., analyst_public_key: _Optional[bytes] = ..., analyst_signature: _Optional[bytes] = ..., authority_signature: _Optional[bytes] = ..., authority_expires: _Optional[int] = ..., person_id: _Optional[str] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ()

@@ -47,6 +47,7 @@ from petlab.server.controller.configuration import (
     load_analysts,
     load_rules,
 )
+from petlab.server.controller.people import PersonPolicy
 from petlab.server.controller.service import ControllerServicer
 from petlab.server.controller.session_store import SessionStore
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
@@ -88,6 +89,8 @@ class ServerOptions:
     open_analysis: bool = False
     rules: Path | None = None
     analysis_cooldown_seconds: float = 3600.0
+    analysis_refusal_budget: int = 3
+    analysis_quota_per_day: int = 1000
     controller_id: str | None = None
     # The interactive Paillier baseline answers distances and labels for any query and indices: a
     # caller can reconstruct the training set from a handful of calls. For experiments only.
@@ -340,7 +343,11 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
             if options.authority_key
             else None,
             analysts=load_analysts(options.analysts) if options.analysts else None,
-            cooldown_seconds=options.analysis_cooldown_seconds,
+            policy=PersonPolicy(
+                options.analysis_refusal_budget,
+                options.analysis_cooldown_seconds,
+                options.analysis_quota_per_day,
+            ),
             identity=controller_identity(
                 options.analysis_data, rules, options.data_dir, options.controller_id
             ),

@@ -30,6 +30,11 @@ DESCRIPTION = (
 
 COMMANDS = (
     Subcommand("serve", "host encrypted k-NN models and the analysis controller", "petlab.server.serve"),
+    Subcommand(
+        "persons",
+        "the analysis controller's persons: list them, lift or impose a suspension",
+        "petlab.server.controller.persons_command",
+    ),
 )
 
 

@@ -25,6 +25,7 @@ from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.server.controller.analyses import AnalysisError, evaluate
 from petlab.server.controller.output_checking import ACRO_PARITY, check
+from petlab.server.controller.people import key_person
 from petlab.server.controller.query_set_control import QuerySetControl
 from petlab.server.main import parse_args
 
@@ -246,33 +247,50 @@ def test_certification_authority(serve, tmp_path):
         ]
         for scope in elsewhere:
             with pytest.raises(grpc.RpcError) as failure:
-                run(certify(prepare(GOOD[:2], ANALYST), policy, AUTHORITY, scope), channel, out=io.StringIO())
+                run(
+                    certify(prepare(GOOD[:2], ANALYST), policy, AUTHORITY, scope, person="alice"),
+                    channel,
+                    out=io.StringIO(),
+                )
             assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
         expired = certify(
-            prepare(GOOD[:2], ANALYST), policy, AUTHORITY, controller, 60, now=time.time() - 120
+            prepare(GOOD[:2], ANALYST),
+            policy,
+            AUTHORITY,
+            controller,
+            60,
+            now=time.time() - 120,
+            person="alice",
         )
         with pytest.raises(grpc.RpcError) as failure:
             run(expired, channel, out=io.StringIO())
         assert "expired" in failure.value.details()
-        later = certify(document, policy, AUTHORITY, controller)
+        later = certify(document, policy, AUTHORITY, controller, person="alice")
         stretched = {**later, "certification": {**later["certification"], "expires": 2**40}}
         with pytest.raises(grpc.RpcError) as failure:
             run(stretched, channel, out=io.StringIO())
         assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert run(later, channel, out=io.StringIO()) == 0
     with pytest.raises(ValueError, match="does not allow"):
-        certify(prepare([GOOD[2]], ANALYST), {"allowed_types": ["frequency"]}, AUTHORITY, controller)
+        certify(
+            prepare([GOOD[2]], ANALYST),
+            {"allowed_types": ["frequency"]},
+            AUTHORITY,
+            controller,
+            person="alice",
+        )
     with pytest.raises(ValueError, match="forbidden column"):
         certify(
             prepare([{"type": "frequency", "rows": "race"}], ANALYST),
             {"forbidden_columns": ["race"]},
             AUTHORITY,
             controller,
+            person="alice",
         )
     tampered = prepare(GOOD[:2], ANALYST)
     tampered["specs"]["#2"] = canonical_json({**GOOD[1], "value": "age"}).decode()
     with pytest.raises(ValueError, match="does not match its hash"):
-        certify(tampered, {}, AUTHORITY, controller)
+        certify(tampered, {}, AUTHORITY, controller, person="alice")
     with pytest.raises(ValueError, match="prepare the sequence again"):
         run({**document, "version": 1}, channel, out=io.StringIO())
 
@@ -295,7 +313,10 @@ def test_certification_from_the_command_line(serve, tmp_path, capsys):
         assert "UNAUTHENTICATED" in capsys.readouterr().err
         assert main(["describe", "--server", server, "--out", str(controller)]) == 0
         certify_args = ["certify", str(sequence), "--policy", str(policy), "--key", str(authority_key)]
-        assert main([*certify_args, "--controller", str(controller), "--valid-days", "1"]) == 0
+        assert (
+            main([*certify_args, "--controller", str(controller), "--valid-days", "1", "--person", "ann"])
+            == 0
+        )
         assert "until" in capsys.readouterr().out
         assert main(["run", str(sequence), "--server", server]) == 0
         assert "analysis 2:" in capsys.readouterr().out
@@ -345,7 +366,9 @@ def _four_set_tracker() -> list[dict]:
 
 def test_four_set_tracker_is_refused(channel, caplog):
     """Attack: pairwise query-set control let this sequence through, and the four released means
-    gave the hours worked of the one man in B exactly. The span audit refuses the fourth."""
+    gave the hours worked of the one man in B exactly. The exact audit refuses the third: N is public
+    (the README gives it; the audit always counts the universe as released), so A, B and "neither"
+    already complete the tracker (issue 22 changed this from the fourth)."""
     tracker = _four_set_tracker()
     old_control = QuerySetControl(len(DATA), 10)
     masks = [evaluate(spec, DATA).query_sets[0] for spec in tracker]
@@ -354,13 +377,9 @@ def test_four_set_tracker_is_refused(channel, caplog):
     with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(prepare(tracker, ANALYST), channel, out=out) == 3
     lines = out.getvalue().splitlines()
-    assert [line.split(":")[0] for line in lines[:4]] == [
-        "analysis 1",
-        "analysis 2",
-        "analysis 3",
-        "analysis 4",
-    ]
-    assert lines[3] == "analysis 4: ABORTED: analysis 4: withheld: disclosure control"
+    assert [line.split(":")[0] for line in lines[:3]] == ["analysis 1", "analysis 2", "analysis 3"]
+    assert all("ABORTED" not in line for line in lines[:2])
+    assert lines[2] == "analysis 3: ABORTED: analysis 3: withheld: disclosure control"
     assert "linear combination" in caplog.text
 
 
@@ -536,7 +555,7 @@ def test_one_analyst_does_not_hold_up_another(channel, server):
     busy, other = prepare(GOOD[:1], ANALYST), prepare(GOOD[:1], Ed25519PrivateKey.generate())
     busy_session, other_session = open_session(stub, busy), open_session(stub, other)
     servicer = server.controller
-    held = servicer._lock_of(public_key_bytes(ANALYST.public_key()))
+    held = servicer._lock_of(key_person(public_key_bytes(ANALYST.public_key())))
     with held:
         assert reveal(stub, other_session, other, 1).WhichOneof("outcome") == "result_json"
         with pytest.raises(grpc.RpcError) as failure:

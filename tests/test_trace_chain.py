@@ -37,7 +37,7 @@ from petlab.crypto.chain.traces import (
 
 ANALYST = Ed25519PrivateKey.generate()
 AUTHORITY = Ed25519PrivateKey.generate()
-SCOPE = CertificationScope("controller-a", b"\x00" * 32, b"\x01" * 32, 2_000_000_000)
+SCOPE = CertificationScope("controller-a", b"\x00" * 32, b"\x01" * 32, 2_000_000_000, "alice")
 
 specs_strategy = st.lists(
     st.dictionaries(
@@ -183,12 +183,14 @@ def test_signatures_bind_to_this_first_trace_and_analyst():
         {"dataset_sha256": b"\x02" * 32},
         {"rules_sha256": b"\x03" * 32},
         {"expires": SCOPE.expires + 1},
+        {"person_id": "mallory"},
     ],
-    ids=["other controller", "other data set", "other rules", "other expiry"],
+    ids=["other controller", "other data set", "other rules", "other expiry", "other person"],
 )
 def test_co_signature_holds_only_in_its_scope(elsewhere):
     """An authority's co-signature replayed at another controller, against other data, under other
-    rules or with a later expiry does not verify; past its expiry it is refused too."""
+    rules, with a later expiry or for another person does not verify; past its expiry it is refused
+    too."""
     sequence = seal([b'{"t":1}'], ANALYST)
     co_signature = AUTHORITY.sign(authority_message(sequence.traces[0], ANALYST.public_key(), SCOPE))
     seal_args = (sequence.traces[0], ANALYST.public_key(), sequence.analyst_signature, AUTHORITY.public_key())

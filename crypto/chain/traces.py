@@ -13,10 +13,11 @@ T_0 is signed by the analyst with Ed25519 (Section 3.2, "seal"), and optionally 
 certification authority that has checked the whole sequence (Section 4.2). Signatures cover a
 domain-separated message. The authority's also covers the analyst's public key and a
 :class:`CertificationScope`: the controller it certifies for, the SHA-256 of that controller's data
-set and of its output-checking rules, and an expiry. So a co-signature cannot be moved to another
-analyst's sequence, nor replayed at another controller, against other data or under laxer rules
-than the ones the authority saw, nor used after it expires. Keys are PEM (PKCS#8 /
-SubjectPublicKeyInfo).
+set and of its output-checking rules, an expiry, and the person the key belongs to (issue 22: the
+controller keeps refusals and quotas per person, so a fresh key is not a fresh start). So a
+co-signature cannot be moved to another analyst's sequence or person, nor replayed at another
+controller, against other data or under laxer rules than the ones the authority saw, nor used
+after it expires. Keys are PEM (PKCS#8 / SubjectPublicKeyInfo).
 """
 
 from __future__ import annotations
@@ -34,8 +35,22 @@ from petlab.crypto.chain.ed25519_points import check_public_key
 from petlab.crypto.chain.instructions import SIZE, InvalidInstruction, decode, encode, pointer_of, resolve
 
 ANALYST_DOMAIN = b"petlab/tit-for-tat/v2/analyst-T0:"
-AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v2/authority-T0:"
+AUTHORITY_DOMAIN = b"petlab/tit-for-tat/v3/authority-T0:"  # v3: the scope names a person
 MAX_CONTROLLER_ID = 64  # bytes of UTF-8
+MAX_PERSON_ID = 64  # bytes of UTF-8
+
+
+def check_person_id(person: str) -> str:
+    """A person id as an authority or the allow-list names it: 1 to 64 bytes of UTF-8, no control
+    characters, no leading or trailing space, not starting with ``key:`` (the controller's name
+    for a key that nobody vouches for)."""
+    if not isinstance(person, str) or not 1 <= len(person.encode()) <= MAX_PERSON_ID:
+        raise ValueError(f"a person id is 1 to {MAX_PERSON_ID} bytes of UTF-8")
+    if person != person.strip() or any(ord(ch) < 32 or ord(ch) == 127 for ch in person):
+        raise ValueError("a person id has no control characters and no leading or trailing space")
+    if person.startswith("key:"):
+        raise ValueError("person ids starting with 'key:' are reserved for keys nobody vouches for")
+    return person
 
 
 @dataclass(frozen=True)
@@ -44,12 +59,13 @@ class CertificationScope:
 
     ``controller_id`` names the controller (``petlab-server --controller-id``), ``dataset_sha256``
     and ``rules_sha256`` are the digests it publishes (``petlab-analyst describe``), ``expires`` is
-    a Unix time in seconds."""
+    a Unix time in seconds, ``person_id`` the person the analyst's key belongs to."""
 
     controller_id: str
     dataset_sha256: bytes
     rules_sha256: bytes
     expires: int
+    person_id: str
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.controller_id.encode()) <= MAX_CONTROLLER_ID:
@@ -58,16 +74,20 @@ class CertificationScope:
             raise ValueError("the data set and rules digests are SHA-256 (32 bytes)")
         if not 0 < self.expires < 2**63:
             raise ValueError("the expiry is a positive Unix time in seconds")
+        check_person_id(self.person_id)
 
     def encode(self) -> bytes:
-        """Unambiguous bytes: length-prefixed id, both digests, the expiry as 8 bytes big-endian."""
-        raw_id = self.controller_id.encode()
+        """Unambiguous bytes: length-prefixed id, both digests, the expiry as 8 bytes big-endian,
+        the length-prefixed person id."""
+        raw_id, raw_person = self.controller_id.encode(), self.person_id.encode()
         return (
             bytes([len(raw_id)])
             + raw_id
             + self.dataset_sha256
             + self.rules_sha256
             + struct.pack(">Q", self.expires)
+            + bytes([len(raw_person)])
+            + raw_person
         )
 
     def to_json(self) -> dict:
@@ -76,6 +96,7 @@ class CertificationScope:
             "dataset_sha256": self.dataset_sha256.hex(),
             "rules_sha256": self.rules_sha256.hex(),
             "expires": self.expires,
+            "person_id": self.person_id,
         }
 
     @classmethod
@@ -85,6 +106,7 @@ class CertificationScope:
             bytes.fromhex(document["dataset_sha256"]),
             bytes.fromhex(document["rules_sha256"]),
             int(document["expires"]),
+            str(document["person_id"]),
         )
 
 
@@ -175,7 +197,7 @@ def verify_seal(
         except InvalidSignature as exc:
             raise ValueError(
                 "the authority's co-signature does not verify on this T_0 for this controller, "
-                "data set and rules"
+                "data set and rules and this person"
             ) from exc
         if (time.time() if now is None else now) >= scope.expires:
             raise ValueError("the authority's certification has expired")

@@ -3,8 +3,34 @@
 An analysis is a JSON object validated against ``protos/analysis.schema.json``; the README documents
 the format. The interpreter computes the result on the controller's DataFrame together with what
 output checking needs (Domingo-Ferrer, PSD 2022, Section 2 and 4.1): per-cell counts and
-contributions for tables, residual degrees of freedom for regressions, and the query sets (record
-masks) the analysis isolates, for query-set-size control.
+contributions for tables, residual degrees of freedom for regressions, and what the analysis
+reveals as linear functionals of the records, for the audit of everything released
+(``release_audit``, issue 22):
+
+================  ===========================================================================
+statistic         released functionals (weight vectors over the records)
+================  ===========================================================================
+count over S      1_S (the count)
+mean of y over S  1_S: the count n and the sum n * mean = 1_S . y
+quantiles         1_S (n); the quantile values are order statistics, not linear: they are
+                  covered by the allowed probabilities and t records strictly on each side
+frequency table   1_cell for every cell (cell = S and the row level and the column level)
+magnitude table   1_cell . y per cell (a cell mean is taken to release its count too)
+min, max          nothing: never released
+regression        n = 1_S and the sums its coefficients are built from, X^T 1_S, X^T X and
+                  X^T y: for a discrete predictor (at most ``DISCRETE_LEVELS`` values in S)
+                  each level's subgroup 1_{S, x = v} is a query set (exact for a binary x,
+                  whose intercept and slope are the two subgroup means); for a numeric
+                  predictor x the weighted set x . 1_S (``Evaluated.weighted``)
+================  ===========================================================================
+
+A future statistic names its functionals here, beside its evaluation; a non-linear one also
+names the rule that covers what is not linear in it.
+
+Each query set carries its *definition* (``Evaluated.definitions``): per column, the values present
+in the data that the set admits (columns that admit every value are left out), as canonical JSON.
+Two released sets with the same records and different definitions show an empty cell
+(``release_history``).
 """
 
 from __future__ import annotations
@@ -26,7 +52,15 @@ DISCRETE_LEVELS = 20  # a predictor with at most this many distinct values is tr
 
 
 class AnalysisError(ValueError):
-    """The spec is invalid or does not fit the data; the message says why, for a person."""
+    """The spec is invalid or does not fit the data; the message says why, for a person.
+
+    ``data_dependent``: whether the error depends on the records (a table with too many distinct
+    values, missing values), not only on the spec and the public schema; such an error tells the
+    analyst something about the data, and counts as a refusal (``service``)."""
+
+    def __init__(self, message: str, data_dependent: bool = False):
+        super().__init__(message)
+        self.data_dependent = data_dependent
 
 
 @dataclass
@@ -39,6 +73,11 @@ class Evaluated:
     values: list[np.ndarray] = field(default_factory=list)  # per-cell contributions (magnitudes)
     residual_dof: int | None = None  # regressions
     query_sets: list[np.ndarray] = field(default_factory=list)  # boolean masks over the records
+    definitions: list[str] = field(default_factory=list)  # each query set's definition (module doc)
+    weighted: list[tuple[int, str]] = field(default_factory=list)  # (query set, weighing column)
+    # a released sum or mean over a set of two or more records that all share the value, where the
+    # set's definition admits other values: the release shows a whole group sharing a value
+    shared_value: str | None = None
     never_release: str | None = None  # a rule that forbids this kind outright
     # quantiles: the probabilities asked for, and records strictly below / above each quantile
     probabilities: list[float] = field(default_factory=list)
@@ -83,17 +122,81 @@ def selection(spec: dict, data: pd.DataFrame) -> np.ndarray:
     return mask
 
 
+def admitted(spec: dict, domains: dict[str, list]) -> dict[str, list]:
+    """Per column of the ``where`` clause, the values present in the data that it admits (the
+    conditions applied to the column's distinct values, as :func:`selection` applies them to the
+    records)."""
+    out = {}
+    for column, condition in spec.get("where", {}).items():
+        distinct = pd.DataFrame({column: domains[column]})
+        out[column] = distinct[column][selection({"where": {column: condition}}, distinct)].tolist()
+    return out
+
+
+def domains_of(spec: dict, data: pd.DataFrame) -> dict[str, list]:
+    """The distinct values present in the data of every column the spec names."""
+    named = {spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")}
+    named |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
+    return {c: pd.unique(data[c]).tolist() for c in sorted(filter(None, named))}
+
+
+def definition(admits: dict[str, list], domains: dict[str, list], fixed: dict | None = None) -> str:
+    """Canonical JSON of a query set's definition: per column, the admitted values present in the
+    data, leaving out the columns that admit every value present."""
+    columns = dict(admits)
+    for column, value in (fixed or {}).items():
+        columns[column] = [v for v in columns.get(column, domains[column]) if _label(v) == _label(value)]
+    described = {}
+    for column, values in columns.items():
+        labels = sorted({_label(v) for v in values})
+        if len(labels) < len(domains[column]):
+            described[column] = labels
+    return json.dumps(described, sort_keys=True, separators=(",", ":"))
+
+
+def _label(value) -> str:
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return repr(value)
+
+
+def _shared_value(
+    mask: np.ndarray,
+    data: pd.DataFrame,
+    columns: list[str],
+    admits: dict[str, list],
+    domains: dict[str, list],
+) -> str | None:
+    """Whether a released sum or mean over ``mask`` shows that all its records (two or more) share
+    one value of a column that the set's definition does not fix to that value."""
+    if mask.sum() < 2:
+        return None
+    for column in columns:
+        if pd.Series(data[column].to_numpy()[mask]).nunique(dropna=False) != 1:
+            continue
+        possible = admits.get(column, domains[column])
+        if len({_label(v) for v in possible}) > 1:
+            return f"all {int(mask.sum())} records of a released set share one value of {column}"
+    return None
+
+
 def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
     validate(spec, data)
     mask = selection(spec, data)
     subset = data[mask]
     kind = spec["type"]
+    domains = domains_of(spec, data)
+    admits = admitted(spec, domains)
     if kind in ("frequency", "magnitude"):
-        return _table(spec, data, mask)
+        return _table(spec, data, mask, admits, domains)
+    described = [definition(admits, domains)]
     if kind == "count":
         counts = pd.DataFrame({"count": [int(mask.sum())]})
-        return Evaluated(kind, {"count": int(mask.sum())}, counts=counts, query_sets=[mask])
-    column = spec.get("column")
+        return Evaluated(
+            kind, {"count": int(mask.sum())}, counts=counts, query_sets=[mask], definitions=described
+        )
+    column = str(spec.get("column"))
     if kind == "mean":
         values = subset[column].to_numpy(dtype=float)
         return Evaluated(
@@ -102,6 +205,8 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
             counts=pd.DataFrame({"count": [len(values)]}),
             values=[values],
             query_sets=[mask],
+            definitions=described,
+            shared_value=_shared_value(mask, data, [column], admits, domains),
         )
     if kind == "quantiles":
         probabilities = spec["probabilities"]
@@ -113,6 +218,7 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
             {"probabilities": probabilities, "quantiles": quantiles, "n": len(values)},
             counts=pd.DataFrame({"count": [len(values)]}),
             query_sets=[mask],
+            definitions=described,
             probabilities=[float(p) for p in probabilities],
             quantile_sides=sides,
         )
@@ -121,14 +227,17 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
             kind,
             {},
             query_sets=[mask],
+            definitions=described,
             never_release=f"a {kind}imum is a single record's value and is never released",
         )
     if kind == "regression":
-        return _regression(spec, subset, mask)
+        return _regression(spec, data, mask, admits, domains)
     raise AnalysisError(f"unknown analysis type {kind!r}")  # the schema makes this unreachable
 
 
-def _table(spec: dict, data: pd.DataFrame, mask: np.ndarray) -> Evaluated:
+def _table(
+    spec: dict, data: pd.DataFrame, mask: np.ndarray, admits: dict[str, list], domains: dict[str, list]
+) -> Evaluated:
     """One- or two-way table over the categories present in the whole data set (so a category absent
     from the query set shows as an empty, zero cell rather than disappearing).
 
@@ -142,7 +251,7 @@ def _table(spec: dict, data: pd.DataFrame, mask: np.ndarray) -> Evaluated:
     col_codes, col_levels = _codes(data[cols]) if cols else (np.zeros(len(data), dtype=np.int64), [None])
     n_cells = len(row_levels) * len(col_levels)
     if n_cells > MAX_TABLE_CELLS:
-        raise AnalysisError(f"a table has at most {MAX_TABLE_CELLS} cells")
+        raise AnalysisError(f"a table has at most {MAX_TABLE_CELLS} cells", data_dependent=True)
     cell_of = row_codes * len(col_levels) + col_codes
     selected = cell_of[mask]
     count_of = np.bincount(selected, minlength=n_cells)
@@ -153,6 +262,11 @@ def _table(spec: dict, data: pd.DataFrame, mask: np.ndarray) -> Evaluated:
         dtype=np.int64,
     )
     query_sets = [mask & (cell_of == cell) for cell in range(n_cells)]
+    definitions = [
+        definition(admits, domains, {rows: r} if cols is None else {rows: r, cols: c})
+        for r in row_levels
+        for c in col_levels
+    ]
     keys = [f"{r}" if cols is None else f"{r}|{c}" for r in row_levels for c in col_levels]
     value_column = spec.get("value")
     statistic = spec.get("statistic", "sum")
@@ -168,21 +282,48 @@ def _table(spec: dict, data: pd.DataFrame, mask: np.ndarray) -> Evaluated:
     else:
         cells = {key: int(count) for key, count in zip(keys, count_of, strict=True)}
     result = {"rows": rows, "columns": cols, "cells": cells}
+    shared = None
     if value_column:
         result.update({"value": value_column, "statistic": statistic})
-    return Evaluated(spec["type"], result, counts=counts, values=values, query_sets=query_sets)
+        cell_admits = [
+            {**admits, rows: [r]} if cols is None else {**admits, rows: [r], cols: [c]}
+            for r in row_levels
+            for c in col_levels
+        ]
+        for cell, (contributions, cell_admit) in enumerate(zip(values, cell_admits, strict=True)):
+            if len(contributions) >= 2 and np.all(contributions == contributions[0]):
+                shared = _shared_value(query_sets[cell], data, [value_column], cell_admit, domains)
+                if shared:
+                    break
+    return Evaluated(
+        spec["type"],
+        result,
+        counts=counts,
+        values=values,
+        query_sets=query_sets,
+        definitions=definitions,
+        shared_value=shared,
+    )
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
     """Each record's category index, and the categories in sorted order."""
     codes, levels = pd.factorize(column, sort=True)
     if (codes < 0).any():
-        raise AnalysisError(f"column {column.name!r} has missing values and cannot be tabulated")
+        raise AnalysisError(
+            f"column {column.name!r} has missing values and cannot be tabulated", data_dependent=True
+        )
     return codes.astype(np.int64), levels.tolist()
 
 
-def _regression(spec: dict, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated:
-    """Ordinary least squares with an intercept, by numpy's lstsq."""
+def _regression(
+    spec: dict, data: pd.DataFrame, mask: np.ndarray, admits: dict[str, list], domains: dict[str, list]
+) -> Evaluated:
+    """Ordinary least squares with an intercept, by numpy's lstsq. What it reveals (module
+    docstring): n, and the sums X^T 1_S, X^T X, X^T y its coefficients are built from; audited as
+    the query set S, each level's subgroup of S for a discrete predictor, and x . 1_S for a numeric
+    one."""
+    subset = data[mask]
     predictors = spec["predictors"]
     y = subset[spec["outcome"]].to_numpy(dtype=float)
     x = np.column_stack([np.ones(len(subset))] + [subset[p].to_numpy(dtype=float) for p in predictors])
@@ -190,11 +331,32 @@ def _regression(spec: dict, subset: pd.DataFrame, mask: np.ndarray) -> Evaluated
     dof = len(subset) - rank
     coefficients = np.linalg.lstsq(x, y, rcond=None)[0].tolist() if len(subset) else []
     names = ["intercept", *predictors]
+    query_sets, definitions = [mask], [definition(admits, domains)]
+    weighted: list[tuple[int, str]] = []
+    sums = [spec["outcome"]]
+    for predictor in predictors:
+        levels = pd.unique(subset[predictor])
+        if 0 < len(levels) <= DISCRETE_LEVELS:
+            column = data[predictor].to_numpy()
+            for level in sorted(levels, key=_label):
+                query_sets.append(mask & (column == level))
+                definitions.append(definition(admits, domains, {predictor: level}))
+        else:
+            weighted.append((0, predictor))
+            sums.append(predictor)
+    shared = None
+    for index, query_set in enumerate(query_sets):
+        shared = _shared_value(query_set, data, sums if index == 0 else [spec["outcome"]], admits, domains)
+        if shared:
+            break
     return Evaluated(
         "regression",
         {"coefficients": dict(zip(names, coefficients, strict=False)), "n": len(subset), "residual_dof": dof},
         residual_dof=dof,
-        query_sets=[mask],
+        query_sets=query_sets,
+        definitions=definitions,
+        weighted=weighted,
+        shared_value=shared,
         max_leverage=_max_leverage(x),
         rarest_predictor_value=_rarest_discrete_value(subset, predictors),
     )

@@ -1,4 +1,5 @@
-"""The controller's configuration from the data owner's files: the analysts' allow-list, the
+"""The controller's configuration from the data owner's files: the analysts' allow-list (keys and the
+persons they belong to), the
 output-checking rules, and the identity a certification authority's co-signature is bound to
 (the controller id, the data set's and the rules' digests). ``server.controller.flags`` names the
 flags that point at these files."""
@@ -14,10 +15,11 @@ import tomllib
 from pathlib import Path
 
 from petlab.crypto.chain.instructions import canonical_json
-from petlab.crypto.chain.traces import MAX_CONTROLLER_ID, load_public_key, public_key_bytes
+from petlab.crypto.chain.traces import MAX_CONTROLLER_ID, check_person_id, load_public_key, public_key_bytes
 from petlab.server.controller.output_checking import Rules
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.S)
+_PERSON_LABEL = re.compile(rb"^#\s*person:\s*(.+?)\s*$", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,20 +53,29 @@ def controller_identity(
     return ControllerIdentity(controller_id, digest.digest(), rules_digest)
 
 
-def load_analysts(path: Path) -> frozenset[bytes]:
-    """Raw Ed25519 public keys of the allow-list (module docstring); every block must be a valid
-    key (small-order and non-canonical keys are refused by ``load_public_key``)."""
+def load_analysts(path: Path) -> dict[bytes, str]:
+    """Raw Ed25519 public keys of the allow-list, each with its person (``flags``): a directory of
+    ``*.pem`` files, one per person named by the file's stem, or one file whose blocks may each follow
+    a ``# person: NAME`` line. Every block must be a valid key (small-order and non-canonical keys
+    are refused by ``load_public_key``); a key listed for two persons is an error."""
     files = sorted(path.glob("*.pem")) if path.is_dir() else [path]
-    keys = set()
+    keys: dict[bytes, str] = {}
     for file in files:
-        blocks = _PEM_BLOCK.findall(file.read_bytes())
+        text = file.read_bytes()
+        blocks = list(_PEM_BLOCK.finditer(text))
         if not blocks:
             raise ValueError(f"{file}: no PEM public key")
+        start = 0
         for block in blocks:
-            keys.add(public_key_bytes(load_public_key(block)))
+            labels = _PERSON_LABEL.findall(text[start : block.start()])
+            person = check_person_id(labels[-1].decode().strip() if labels else file.stem)
+            key = public_key_bytes(load_public_key(block.group(0)))
+            if keys.setdefault(key, person) != person:
+                raise ValueError(f"{file}: a key is listed for two persons, {keys[key]!r} and {person!r}")
+            start = block.end()
     if not keys:
         raise ValueError(f"{path}: the analyst allow-list is empty")
-    return frozenset(keys)
+    return keys
 
 
 def load_rules(path: Path | None) -> Rules:

@@ -2,18 +2,21 @@
 with which output-checking rules (issue 14).
 
 * ``--analysis-data FILE.csv``: the controller's confidential records.
-* ``--analysts FILE|DIR``: the allow-list, Ed25519 public keys in PEM (one file holding several
-  PEM blocks, or a directory of ``*.pem`` files). History, released query sets and refusals are
-  kept per key, so the allow-list is what makes that control mean something: a fresh key per
-  question would otherwise start every session with an empty history.
+* ``--analysts FILE|DIR``: the allow-list, Ed25519 public keys in PEM, each with its person: a
+  directory of ``*.pem`` files, one per person (the file's stem is the person), or one file whose
+  PEM blocks may each follow a ``# person: NAME`` line (else the file's stem). Refusals, cool-downs
+  and quotas are kept per person (``people``), so a fresh key is not a fresh start.
 * ``--authority-key PEM``: a certification authority; a key outside the allow-list may analyse with
-  the authority's co-signature on its T_0 and key.
+  the authority's co-signature on its T_0, its key and the person it belongs to.
 * ``--open-analysis``: neither, anyone may analyse (local demos only). Without it, the server
   refuses to serve analysis data with neither an allow-list nor an authority.
 * ``--rules FILE.toml``: output-checking thresholds under a ``[rules]`` table, the fields of
   :class:`~petlab.server.controller.output_checking.Rules` (defaults: acro's ``default.yaml`` values plus
   the stricter quantile and regression rules).
-* ``--analysis-cooldown-seconds``: after an abort, the identity opens no session for that long.
+* ``--analysis-cooldown-seconds``: after a refusal, the person runs no analysis for that long.
+* ``--analysis-refusal-budget``: after that many refusals the person is suspended until the data
+  owner lifts it (``petlab-server persons lift PERSON``).
+* ``--analysis-quota-per-day``: analyses per person per rolling 24 hours.
 * ``--controller-id``: the name a certification authority's co-signature is bound to (with the
   data set's and the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
   Default: a random id made once and kept in the data directory.
@@ -41,8 +44,16 @@ def add_analysis_arguments(serve: argparse.ArgumentParser) -> None:
         "--analysis-cooldown-seconds",
         float,
         3600.0,
-        "no new session for an identity this long after one of its analyses was withheld",
+        "no analysis for a person this long after one of theirs was withheld",
     )
+    add_env_option(
+        serve,
+        "--analysis-refusal-budget",
+        int,
+        3,
+        "withheld analyses after which a person is suspended until `petlab-server persons lift`",
+    )
+    add_env_option(serve, "--analysis-quota-per-day", int, 1000, "analyses per person per rolling 24 hours")
     add_env_option(
         serve,
         "--controller-id",
@@ -62,5 +73,7 @@ def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
         "open_analysis": args.open_analysis,
         "rules": args.rules,
         "analysis_cooldown_seconds": args.analysis_cooldown_seconds,
+        "analysis_refusal_budget": args.analysis_refusal_budget,
+        "analysis_quota_per_day": args.analysis_quota_per_day,
         "controller_id": args.controller_id,
     }

@@ -19,10 +19,18 @@ and the decisions equal acro's on the same tables (``tests/test_output_checking.
   = 90 % of its row's or its column's total;
 * regressions (beyond acro): no leverage h_ii above ``max_leverage`` and no value of a discrete
   predictor held by fewer than ``threshold`` records (a predictor value held by one record gives
-  that record its own exactly fitted parameter, so intercept plus slope is its outcome).
+  that record its own exactly fitted parameter, so intercept plus slope is its outcome);
+* shared values (beyond acro, issue 22): a released sum or mean over two or more records that all
+  hold the same value of its column, where the set's definition admits other values (a mean equal
+  to the column's extreme over the set), shows a whole group sharing a value: a zero cell (the
+  records of the set with any other value are none), refused like acro's empty cells
+  (``shared_values_disclosive``).
+
+What the analysis adds to everything released before (differencing, groups determined by several
+analyses, equal sets with different definitions) is decided by ``release_history``.
 
 Every reason below states an exact figure; reasons go to the controller's log only. The analyst is
-told the category ("withheld: disclosure control", ``controller_service``).
+told the category ("withheld: disclosure control", ``service``).
 """
 
 from __future__ import annotations
@@ -46,11 +54,14 @@ class Rules:
     max_leverage: float = 0.5
     rare_predictor_values: bool = True
     row_column_share: float = 0.9  # the paper's rule for two-way frequency tables
+    shared_values_disclosive: bool = True  # issue 22: a released mean equal to its set's extreme
 
 
 # acro's own rules alone (what the differential tests compare against): no quantile, regression
 # or row/column-share rules beyond the residual degrees of freedom.
-ACRO_PARITY = Rules(max_leverage=1.0, rare_predictor_values=False, row_column_share=1.0)
+ACRO_PARITY = Rules(
+    max_leverage=1.0, rare_predictor_values=False, row_column_share=1.0, shared_values_disclosive=False
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
     reasons: list[str] = []
     if evaluated.never_release:
         reasons.append(evaluated.never_release)
+    if evaluated.shared_value and rules.shared_values_disclosive:
+        reasons.append(f"zero cell: {evaluated.shared_value}")
     if evaluated.counts is not None:
         counts = evaluated.counts.to_numpy()
         small = int((counts < rules.threshold).sum())

@@ -1,23 +1,22 @@
-"""Query-set-size control across an analyst's whole sequence (Domingo-Ferrer, PSD 2022, Section 4.1;
-Denning & Schlörer's trackers).
+"""Query-set-size control against every set released before (Domingo-Ferrer, PSD 2022, Section 4.1;
+Denning and Schlörer's trackers): the pairwise rule.
 
 Every analysis isolates query sets: the records its ``where`` selects and, for tables, each cell's
 records. A set S is refused when it, or what it leaves out of the data, is small:
 0 < |S| < t or 0 < N - |S| < t. Against trackers (a small set recovered as the difference of two
 large ones, e.g. count(A) - count(A and not B) = count(A and B)), every new set S is compared with
-every set E released before: both |S \\ E| and |E \\ S| must be 0 or at least t. Sets are kept as
-packed bit masks, so the history of a long sequence over 100,000 records stays small.
+every set E released before (to anyone: ``release_history``): both |S \\ E| and |E \\ S| must be 0
+or at least t. This also refuses a pair of sets that swap a few records (|S \\ E| and |E \\ S|
+small, neither zero), which the exact audit alone would let through: their sums differ by the
+difference of two small groups' values.
 
-Pairwise comparison misses trackers built from more than two sets: with A, B, "neither A nor B"
-and "all", each large and pairwise far apart, count(A) + count(B) + count(neither) - count(all)
-= count(A and B), and the same combination of sums or means gives the values of a single record
-in A and B. :meth:`QuerySetControl.isolated_record` audits the whole released history exactly: a
-record j is exposed by counts, sums and means over sets S_1..S_m exactly when its indicator e_j is
-a linear combination of their indicators (Chin and Ozsoyoglu's audit for SUM queries). With U an
-orthonormal basis of the span of the indicator vectors (an SVD of the m x N 0/1 matrix), e_j lies
-in the span iff ||U^T e_j||^2 = sum_r U_rj^2 = 1, so the audit of all N records at once costs one
-SVD, O(min(m, N)^2 max(m, N)). Past ``max_audit_sets`` released sets the audit is not run and
-further analyses are refused (a sequence that long is better served by noise; README).
+Sets are packed bit masks. The sizes |S and E| for all pairs come from one matrix product of the
+unpacked bits in blocks of records (float32 sums of 0/1 stay exact below 2^24 records), so the
+rule costs one pass over the released bits per analysis.
+
+Pairwise comparison misses trackers built from more than two sets (A, B, "neither", "all" give
+the one record in A and B by inclusion-exclusion); the exact audit of all released functionals
+(``release_audit``) catches those.
 """
 
 from __future__ import annotations
@@ -27,56 +26,64 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+BLOCK_BYTES = 1024  # records per block / 8
 
 
 def popcount(packed: np.ndarray) -> int:
     return int(_POPCOUNT[packed].sum())
 
 
+def intersections(history: np.ndarray, new: np.ndarray, n_records: int) -> np.ndarray:
+    """|E_i and S_j| for every row E_i of ``history`` and S_j of ``new`` (packed bits)."""
+    if n_records >= 1 << 24:
+        raise ValueError("float32 counts are exact below 2^24 records only")
+    out = np.zeros((len(history), len(new)), dtype=np.float32)
+    for start in range(0, history.shape[1], BLOCK_BYTES):
+        left = np.unpackbits(history[:, start : start + BLOCK_BYTES], axis=1).astype(np.float32)
+        right = np.unpackbits(new[:, start : start + BLOCK_BYTES], axis=1).astype(np.float32)
+        out += left @ right.T
+    return out.astype(np.int64)
+
+
 @dataclass
 class QuerySetControl:
     n_records: int
     threshold: int = 10
-    history: list[np.ndarray] = field(default_factory=list)  # packed masks released so far
-    max_audit_sets: int = 2000
+    history: list[np.ndarray] | np.ndarray = field(default_factory=list)  # packed masks released
 
     def violation(self, masks: list[np.ndarray]) -> str | None:
         """Why these query sets may not be released together, or None."""
-        packed_new = [np.packbits(np.asarray(m, dtype=bool)) for m in masks]
-        t = self.threshold
-        for index, packed in enumerate(packed_new):
-            size = popcount(packed)
+        if not len(masks):
+            return None
+        return self.violation_packed(np.stack([np.packbits(np.asarray(m, dtype=bool)) for m in masks]))
+
+    def violation_packed(self, new: np.ndarray) -> str | None:
+        """:meth:`violation` for query sets given as packed bits (one row each)."""
+        if not len(new):
+            return None
+        t, n = self.threshold, self.n_records
+        new_sizes = _POPCOUNT[new].sum(axis=1)
+        for size in new_sizes:
             if 0 < size < t:
                 return f"a query set holds {size} record(s), fewer than {t}"
-            if 0 < self.n_records - size < t:
-                return f"a query set leaves out only {self.n_records - size} record(s), fewer than {t}"
-            for earlier in self.history + packed_new[:index]:
-                only_new, only_old = popcount(packed & ~earlier), popcount(earlier & ~packed)
-                for difference in (only_new, only_old):
-                    if 0 < difference < t:
-                        return (
-                            f"a query set differs from an earlier one by {difference} record(s), "
-                            f"fewer than {t}: a tracker could isolate them"
-                        )
-        return None
-
-    def isolated_record(self, masks: list[np.ndarray]) -> str | None:
-        """Why releasing these sets after the history would let a single record be solved for
-        exactly (module docstring), or None."""
-        packed = self.history + [np.packbits(np.asarray(m, dtype=bool)) for m in masks]
-        if len(packed) > self.max_audit_sets:
-            return f"the sequence has released more than {self.max_audit_sets} query sets"
-        rows = np.unpackbits(np.stack(packed), axis=1, count=self.n_records).astype(np.float64)
-        rows = rows[rows.any(axis=1)]
-        if not len(rows):
-            return None
-        _, singular, vt = np.linalg.svd(rows, full_matrices=False)
-        basis = vt[singular > singular.max() * max(rows.shape) * np.finfo(float).eps]
-        exposure = (basis**2).sum(axis=0)
-        exposed = int((exposure > 1 - 1e-6).sum())
-        if exposed:
-            return f"{exposed} record(s) would be a linear combination of the released query sets"
+            if 0 < n - size < t:
+                return f"a query set leaves out only {n - size} record(s), fewer than {t}"
+        history = np.asarray(self.history, dtype=np.uint8).reshape(-1, new.shape[1])
+        earlier = np.concatenate([history, new])
+        shared = intersections(earlier, new, n)
+        earlier_sizes = np.concatenate([_POPCOUNT[history].sum(axis=1), new_sizes])
+        for j in range(len(new)):
+            upto = len(history) + j  # the history and the sets before this one in the analysis
+            only_new = new_sizes[j] - shared[:upto, j]
+            only_old = earlier_sizes[:upto] - shared[:upto, j]
+            differences = np.concatenate([only_new, only_old])
+            small = differences[(differences > 0) & (differences < t)]
+            if len(small):
+                return (
+                    f"a query set differs from an earlier one by {int(small[0])} record(s), "
+                    f"fewer than {t}: a tracker could isolate them"
+                )
         return None
 
     def record(self, masks: list[np.ndarray]) -> None:
-        self.history += [np.packbits(np.asarray(m, dtype=bool)) for m in masks]
+        self.history = list(self.history) + [np.packbits(np.asarray(m, dtype=bool)) for m in masks]

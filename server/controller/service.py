@@ -2,31 +2,41 @@
 
 OpenSession verifies the analyst's Ed25519 signature on T_0 (and a certification authority's
 co-signature when the controller requires one, bound to this controller's id, data set and rules
-digests, which Describe publishes, and an unexpired expiry). Each Next call recovers I_j from the revealed T_j
-(equation (2)), checks the redundancy and the spec's hash (Proposition 2), interprets the analysis,
-applies output checking and query-set-size control and returns the result, or aborts the session,
-withholds the output and records why. Malformed requests (a trace of the wrong length, an unknown or
-closed session) are refused with a gRPC status and leave the session as it was.
+digests, which Describe publishes, an unexpired expiry and the person the key belongs to), and
+finds the person behind the key (``people``). Each Next call recovers I_j from the revealed T_j
+(equation (2)), checks the redundancy and the spec's hash (Proposition 2), interprets the analysis
+and decides on it against everything released before, to anyone (``release_history``): it returns
+the result, or aborts the session, withholds the output and records why. Malformed requests (a trace
+of the wrong length, an unknown or closed session) are refused with a gRPC status and leave the
+session as it was.
 
 Refusals name a category only ("withheld: disclosure control"): the exact reason (a cell count, a
 leverage, a set difference) is itself a figure computed from the confidential data, so it goes to
 the controller's log, never to the analyst. Any exception while interpreting an analysis ends the
 session with a generic abort; the traceback goes to the log.
 
-Steps are serialised per analyst identity, not globally: one analyst's query-set history moves one
-step at a time (a step reads it, checks against it and extends it atomically), while other
-analysts' analyses run alongside.
+People: before every analysis (OpenSession and each Next) the person's record is checked: a
+suspended person is refused (PERMISSION_DENIED, and the session closes), a person in the cool-down
+after a refusal (FAILED_PRECONDITION) or over the daily quota (RESOURCE_EXHAUSTED) waits. A refusal
+is counted against the person and closes every open session of theirs; at the refusal budget the
+person is suspended until the data owner lifts it (``petlab-server persons lift``).
+
+Concurrency: steps are serialised per person (a person's sessions move one step at a time), while
+other persons' analyses are evaluated alongside; the decision and the record of a release happen
+under one lock for the whole history (read, check, extend atomically), since every analysis is
+audited against everything released.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 import grpc
-import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -43,28 +53,26 @@ from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.server.common.call_log import logged_unary
 from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
 from petlab.server.controller.configuration import ControllerIdentity
-from petlab.server.controller.output_checking import Rules, check
-from petlab.server.controller.query_set_control import QuerySetControl
-from petlab.server.controller.session_store import ABORTED, FINISHED, SessionStore
+from petlab.server.controller.output_checking import Rules
+from petlab.server.controller.people import PersonPolicy, barrier, key_person
+from petlab.server.controller.release_history import ReleaseHistory, released_functionals
+from petlab.server.controller.session_store import ABORTED, CLOSED, FINISHED, Session, SessionStore
 
 log = logging.getLogger(__name__)
 MAX_SPEC_BYTES = 64 * 1024
 WITHHELD = "withheld: disclosure control"
+_BARRIER_STATUS = {
+    "suspended": grpc.StatusCode.PERMISSION_DENIED,
+    "cooldown": grpc.StatusCode.FAILED_PRECONDITION,
+    "quota": grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
-def refusal_reason(
-    evaluated: Evaluated, rules: Rules, n_records: int, released: list[np.ndarray]
-) -> str | None:
-    """Why this analysis's output may not be released after the ``released`` query sets (packed
-    masks of this analyst's history), or None: output checking, then query-set-size control, then
-    the exact audit of the whole history (``query_set_control``). The reason states exact figures:
-    it is for the log only."""
-    decision = check(evaluated, rules)
-    if not decision.release:
-        return "output checking: " + "; ".join(decision.reasons)
-    control = QuerySetControl(n_records, rules.threshold, released)
-    violation = control.violation(evaluated.query_sets) or control.isolated_record(evaluated.query_sets)
-    return f"query-set-size control: {violation}" if violation else None
+def refusal_reason(evaluated: Evaluated, history: ReleaseHistory) -> str | None:
+    """Why this analysis's output may not be released after everything in ``history``, or None
+    (``release_history``: output checking, empty cells, query-set-size control, the exact audit).
+    The reason states exact figures: it is for the log only."""
+    return history.refusal(evaluated)
 
 
 class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
@@ -74,29 +82,76 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         sessions: SessionStore,
         rules: Rules | None = None,
         authority_key: Ed25519PublicKey | None = None,
-        analysts: frozenset[bytes] | None = None,
-        cooldown_seconds: float = 0.0,
+        analysts: Mapping[bytes, str] | None = None,
+        policy: PersonPolicy | None = None,
         identity: ControllerIdentity | None = None,
+        history: ReleaseHistory | None = None,
     ):
-        """``analysts``: raw public keys allowed to analyse (an allow-list); with an
-        ``authority_key`` a key outside the list may still analyse with the authority's
-        co-signature; with neither, anyone may (``--open-analysis``, for demos). After an abort,
-        the same identity may open no session for ``cooldown_seconds``. ``identity`` is what an
-        authority's co-signature must name (required with an ``authority_key``)."""
+        """``analysts``: raw public keys allowed to analyse, each with its person (an allow-list);
+        with an ``authority_key`` a key outside the list may still analyse with the authority's
+        co-signature, which names the person; with neither, anyone may (``--open-analysis``, for
+        demos; every key is then its own person). ``policy``: refusal budget, cool-down and quota
+        per person. ``identity`` is what an authority's co-signature must name (required with an
+        ``authority_key``); its data digest keys the release history, which is replayed from
+        ``sessions`` (a changed data file starts a new, empty one, and the log says so)."""
         if authority_key is not None and identity is None:
             raise ValueError("a controller with a certification authority needs its identity")
         self._data, self._sessions = data, sessions
         self._rules = rules or Rules()
         self._authority = authority_key
         self._analysts = analysts
-        self._cooldown = cooldown_seconds
+        self._policy = policy or PersonPolicy()
         self._identity = identity
-        self._analyst_locks: dict[bytes, threading.Lock] = {}
+        self._person_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._release_lock = threading.Lock()
+        if identity is not None:
+            self._data_sha256, self._rules_sha256 = identity.dataset_sha256.hex(), identity.rules_sha256.hex()
+        else:
+            self._data_sha256 = hashlib.sha256(data.to_csv(index=False).encode()).hexdigest()
+            self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
+        self._history = history or ReleaseHistory(data, self._rules)
+        self._start_history()
 
-    def _lock_of(self, analyst_key: bytes) -> threading.Lock:
+    def _start_history(self) -> None:
+        start = self._sessions.start_history(self._data_sha256, len(self._data))
+        self._history.replay(start.releases)
+        if start.new:
+            log.info(
+                "a new, empty release history starts for the data file with SHA-256 %s", self._data_sha256
+            )
+        else:
+            log.info(
+                "release history of the data file with SHA-256 %s: %d functionals released before",
+                self._data_sha256,
+                len(start.releases),
+            )
+        for digest, count in start.other_histories.items():
+            log.warning(
+                "the database also holds %d released functionals on another data file (SHA-256 %s); "
+                "they are not audited against this one: analysts who saw both can difference them",
+                count,
+                digest,
+            )
+        if start.legacy_sets:
+            log.warning(
+                "%d query sets stored per key before issue 22 name no data file; they are not used",
+                start.legacy_sets,
+            )
+        assert self._history.audit is not None
+        if start.releases and self._history.audit.check([]) is not None:
+            log.warning(
+                "the release history already determines a group below the threshold under the current "
+                "rules (they changed since): every analysis will be refused"
+            )
+
+    @property
+    def history(self) -> ReleaseHistory:
+        return self._history
+
+    def _lock_of(self, person: str) -> threading.Lock:
         with self._locks_guard:
-            return self._analyst_locks.setdefault(analyst_key, threading.Lock())
+            return self._person_locks.setdefault(person, threading.Lock())
 
     @logged_unary
     def Describe(self, request, context):
@@ -119,8 +174,8 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             analyst = load_public_key(request.analyst_public_key)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"analyst public key: {exc}")
-        identity = public_key_bytes(analyst)
-        listed = self._analysts is not None and identity in self._analysts
+        key = public_key_bytes(analyst)
+        listed = self._analysts is not None and key in self._analysts
         if self._analysts is not None and not listed and self._authority is None:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "this analyst key is not registered here")
         certified = not listed and self._authority is not None
@@ -131,6 +186,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                     self._identity.dataset_sha256,
                     self._identity.rules_sha256,
                     request.authority_expires,
+                    request.person_id,
                 )
                 if certified and self._identity is not None and request.authority_expires
                 else None
@@ -145,14 +201,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             )
         except ValueError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        aborted = self._sessions.last_abort(identity)
-        if self._cooldown and aborted is not None and time.time() - aborted < self._cooldown:
-            context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "an analysis of yours was withheld recently; this controller opens no new session for "
-                f"you until {self._cooldown:g} s after it",
-            )
-        session = self._sessions.open(identity, request.first_trace)
+        person = self._person_of(key, scope if certified else None)
+        with self._lock_of(person):
+            self._check_person(person, context)
+            session = self._sessions.open(key, request.first_trace, person)
         if session is None:
             context.abort(
                 grpc.StatusCode.ALREADY_EXISTS,
@@ -160,12 +212,36 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             )
         return controller_pb2.OpenSessionResponse(session_id=session.session_id)
 
+    def _person_of(self, key: bytes, scope: CertificationScope | None) -> str:
+        """The person behind an authenticated key (``people``): the allow-list's, the one the
+        authority's co-signature names, or (open analysis) the key itself."""
+        if self._analysts is not None and key in self._analysts:
+            return self._analysts[key]
+        if scope is not None:
+            return scope.person_id
+        return key_person(key)
+
+    def _history_for(self, person: str) -> ReleaseHistory:
+        """The history an analysis of ``person`` is audited against: the one global history, for
+        everyone (issue 22: whatever one analyst receives, all may know)."""
+        return self._history
+
+    def _check_person(self, person: str, context, session: Session | None = None) -> None:
+        """Abort the call if the person may not analyse now (``people``); a suspension also closes
+        ``session``."""
+        stop = barrier(self._sessions.person(person), self._policy, time.time())
+        if stop is None:
+            return
+        if session is not None and stop.kind == "suspended":
+            self._sessions.close_session(session, f"closed: {stop.message}")
+        context.abort(_BARRIER_STATUS[stop.kind], stop.message)
+
     @logged_unary
     def Next(self, request, context):
         found = self._sessions.get(request.session_id)
         if found is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "no such session")
-        with self._lock_of(found.analyst_key):  # module docstring: one step per analyst at a time
+        with self._lock_of(found.person):  # module docstring: one step per person at a time
             remaining = context.time_remaining()
             if not context.is_active() or (remaining is not None and remaining <= 0):
                 # the caller gave up, or its deadline passed, while waiting: the step does not run
@@ -173,7 +249,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             session = self._sessions.get(request.session_id)
             if session is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, "no such session")
-            if session.status in (ABORTED, FINISHED):
+            if session.status in (ABORTED, FINISHED, CLOSED):
                 context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"the session is {session.status}" + (f": {session.reason}" if session.reason else ""),
@@ -184,44 +260,67 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 )
             if len(request.spec) > MAX_SPEC_BYTES:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"a spec is at most {MAX_SPEC_BYTES} bytes")
-            position = session.position + 1
-            revealed = {request.pointer: request.spec} if request.pointer else {}
-            state = ChainState(session.previous_trace, session.position)
-            try:
-                new_state, spec_bytes = next_analysis(state, request.trace, revealed)
-            except InvalidInstruction as exc:
-                return self._abort(session, position, str(exc), category=f"the sequence was changed: {exc}")
-            try:
-                spec = json.loads(spec_bytes)
-                if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
-                    raise AnalysisError("the spec is not a canonical JSON object")
-                evaluated = evaluate(spec, self._data)
-            except (ValueError, AnalysisError) as exc:  # the spec's fault, stated without data
-                self._sessions.abort(session, f"analysis {position}: cannot run")
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"analysis {position} cannot run, so the session is aborted: {exc}",
-                )
-            except Exception:  # never Python's message to the analyst; the session ends cleanly
-                log.exception("session %s: analysis %d failed", session.session_id, position)
-                return self._abort(session, position, "internal error", category="the analysis failed")
-            refusal = refusal_reason(
-                evaluated, self._rules, len(self._data), self._sessions.released_sets(session.analyst_key)
-            )
-            if refusal:
-                return self._abort(session, position, refusal)
-            packed = [np.packbits(m) for m in evaluated.query_sets]
-            self._sessions.advance(session, request.trace, new_state.finished, packed)
-            return controller_pb2.NextResponse(
-                position=position,
-                last=new_state.finished,
-                result_json=json.dumps(evaluated.result, sort_keys=True),
-            )
+            self._check_person(session.person, context, session)
+            return self._step(session, request, context)
 
-    def _abort(self, session, position: int, reason: str, category: str = WITHHELD):
+    def _step(self, session: Session, request, context):
+        position = session.position + 1
+        revealed = {request.pointer: request.spec} if request.pointer else {}
+        state = ChainState(session.previous_trace, session.position)
+        try:
+            new_state, spec_bytes = next_analysis(state, request.trace, revealed)
+        except InvalidInstruction as exc:  # the analyst's own bytes: no data involved, not a refusal
+            return self._abort(session, position, str(exc), f"the sequence was changed: {exc}", refusal=False)
+        try:
+            spec = json.loads(spec_bytes)
+            if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
+                raise AnalysisError("the spec is not a canonical JSON object")
+            evaluated = evaluate(spec, self._data)
+        except (ValueError, AnalysisError) as exc:  # the spec's fault, stated without data
+            depends_on_data = isinstance(exc, AnalysisError) and exc.data_dependent
+            self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"analysis {position} cannot run, so the session is aborted: {exc}",
+            )
+        except Exception:  # never Python's message to the analyst; the session ends cleanly
+            log.exception("session %s: analysis %d failed", session.session_id, position)
+            return self._abort(session, position, "internal error", "the analysis failed", refusal=True)
+        history = self._history_for(session.person)
+        with self._release_lock:  # module docstring: decide and record against one history
+            try:
+                reason = refusal_reason(evaluated, history)
+            except Exception:  # the decision failed: nothing is released, the session ends cleanly
+                log.exception("session %s: the decision on analysis %d failed", session.session_id, position)
+                return self._abort(session, position, "internal error", "the analysis failed")
+            if reason:
+                return self._abort(session, position, reason)
+            rows = released_functionals(evaluated)
+            self._sessions.advance(
+                session, request.trace, new_state.finished, self._data_sha256, self._rules_sha256, rows
+            )
+            history.replay(rows)
+        return controller_pb2.NextResponse(
+            position=position,
+            last=new_state.finished,
+            result_json=json.dumps(evaluated.result, sort_keys=True),
+        )
+
+    def _abort(
+        self, session: Session, position: int, reason: str, category: str = WITHHELD, refusal: bool = True
+    ):
         """End the session: the analyst (and the session record) get ``category``; the exact
         ``reason``, which may state figures from the confidential data, goes to the log only."""
         public = f"analysis {position}: {category}"
-        self._sessions.abort(session, public)
+        self._record_abort(session, public, refusal)
         log.info("session %s aborted at analysis %d: %s", session.session_id, position, reason)
         return controller_pb2.NextResponse(position=position, last=True, abort_reason=public)
+
+    def _record_abort(self, session: Session, public: str, refusal: bool) -> None:
+        state = self._sessions.abort(session, public, refusal, self._policy.refusal_budget)
+        if refusal and state.suspended:
+            log.warning(
+                "person %r is suspended after %d withheld analyses (petlab-server persons lift to resume)",
+                session.person,
+                state.refusals,
+            )

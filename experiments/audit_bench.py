@@ -1,0 +1,206 @@
+"""The release audit's cost against the number of released sets (issue 22): time and memory of one
+decision at 5,000 and 100,000 records, with 10 to 2,000 sets already released.
+
+Workload: random analyses of the kind the README's examples use, on the ACS columns: counts and means
+under a ``where`` on one to three columns (``in`` lists of levels, ``between`` ranges of age and
+hours), and one- and two-way frequency and magnitude tables over the small-domain columns. Their
+query sets are recorded as released until the history holds the target number of sets (recording
+runs no check: it is what the server does at start when it replays its history, timed here as
+``replay_seconds``); then the next analysis that passes output checking is decided by the
+controller's own decision (``ReleaseHistory.refusal``: output checking, empty cells, the pairwise
+rule, the exact audit), timed, and its exact audit alone is timed again (the pairwise rule refuses
+most random analyses first, so the decision alone would rarely reach the audit). Memory: the audit's
+state kept between decisions (packed bits and atoms) and the peak of Python and numpy allocations
+during the exact audit (``tracemalloc``).
+
+Baseline in the same run: the audit before issue 22, one floating-point SVD of the dense sets x
+records matrix per decision (``QuerySetControl.isolated_record``), timed where its matrix fits in
+``--baseline-max-gb``; its memory is that matrix (8 bytes per set and record) and the SVD's workspace.
+A decision is ``released``, ``refused`` (with the rule), or ``inconclusive`` (the exact audit hit its
+memory cap or search budget and refuses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from petlab.plaindata import acs_sample_path
+from petlab.server.controller.analyses import AnalysisError, evaluate
+from petlab.server.controller.output_checking import check
+from petlab.server.controller.release_audit import Functional
+from petlab.server.controller.release_history import ReleaseHistory, released_functionals
+
+SMALL_DOMAIN = ["sex", "incc", "race", "ms", "wc", "waob"]
+SIZES = (10, 50, 200, 500, 1000, 2000)
+
+
+def random_spec(rng: np.random.Generator, data: pd.DataFrame) -> dict:
+    where: dict = {}
+    for column in rng.choice(list(data.columns), size=int(rng.integers(1, 4)), replace=False):
+        values = np.sort(data[column].unique())
+        if column in ("age", "hpw") and rng.random() < 0.6:
+            low = int(rng.integers(0, len(values) - 1))
+            high = int(rng.integers(low, len(values)))
+            where[str(column)] = {"between": [int(values[low]), int(values[high])]}
+        else:
+            chosen = rng.choice(
+                values, size=int(rng.integers(1, max(2, len(values) // 2 + 1))), replace=False
+            )
+            where[str(column)] = {"in": sorted(int(v) for v in chosen)}
+    kind = str(rng.choice(["count", "mean", "frequency", "magnitude"]))
+    spec: dict = {"type": kind, "where": where}
+    if kind == "mean":
+        spec["column"] = "hpw"
+    if kind in ("frequency", "magnitude"):
+        spec["rows"] = str(rng.choice(SMALL_DOMAIN))
+        if rng.random() < 0.5:
+            spec["columns"] = str(rng.choice([c for c in SMALL_DOMAIN if c != spec["rows"]]))
+        if rng.random() < 0.3:
+            del spec["where"]
+    if kind == "magnitude":
+        spec.update({"value": "hpw", "statistic": "mean"})
+    return spec
+
+
+def next_candidate(rng: np.random.Generator, data: pd.DataFrame, history: ReleaseHistory):
+    """The next analysis to decide: the first of up to 200 random ones that output checking passes
+    (so the decision reaches the history rules), else the last one drawn."""
+    evaluated = None
+    for _ in range(200):
+        try:
+            evaluated = evaluate(random_spec(rng, data), data)
+        except AnalysisError:
+            continue
+        if check(evaluated, history.rules).release:
+            return evaluated
+    assert evaluated is not None
+    return evaluated
+
+
+def _functional(row) -> Functional:
+    return Functional(np.frombuffer(row.members, dtype=np.uint8), row.weight)
+
+
+def float_svd_audit(history: ReleaseHistory, new_sets: list[np.ndarray]) -> float:
+    """The pre-issue-22 audit's work for one decision: the dense float matrix and its SVD."""
+    assert history.audit is not None
+    bits = history.audit.released_bits()
+    rows = np.unpackbits(bits, axis=1, count=history.audit.n_records).astype(np.float64)
+    rows = np.concatenate([rows, np.array(new_sets, dtype=np.float64)])
+    start = time.perf_counter()
+    _, singular, vt = np.linalg.svd(rows, full_matrices=False)
+    basis = vt[singular > singular.max() * max(rows.shape) * np.finfo(float).eps]
+    (basis**2).sum(axis=0)
+    return time.perf_counter() - start
+
+
+def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, baseline_max_gb: float):
+    rng = np.random.default_rng(seed)
+    history = ReleaseHistory(data)
+    assert history.audit is not None
+    rows = []
+    replay = 0.0
+    for target in sizes:
+        while history.n_released < target:
+            try:
+                evaluated = evaluate(random_spec(rng, data), data)
+            except AnalysisError:
+                continue
+            start = time.perf_counter()
+            history.replay(released_functionals(evaluated)[: target - history.n_released])
+            replay += time.perf_counter() - start
+        candidate = next_candidate(rng, data, history)
+        start = time.perf_counter()
+        reason = history.refusal(candidate)
+        decision = time.perf_counter() - start
+        functionals = [_functional(row) for row in released_functionals(candidate)]
+        tracemalloc.start()
+        start = time.perf_counter()
+        finding = history.audit.check(functionals)
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        if finding is None:
+            outcome = "nothing determined"
+        elif finding.group_size:
+            outcome = f"a group of {finding.group_size} determined"
+        else:
+            outcome = "inconclusive (refuses)"
+        decided = "released" if reason is None else "refused: " + reason.split(":")[0]
+        baseline_gb = (history.n_released + 1 + len(candidate.query_sets)) * len(data) * 8 / 2**30
+        baseline = (
+            round(float_svd_audit(history, candidate.query_sets), 2)
+            if baseline_gb <= baseline_max_gb
+            else None
+        )
+        atoms = history.audit.n_atoms
+        row = {
+            "data": label,
+            "records": len(data),
+            "released_sets": history.n_released,
+            "atoms": atoms,
+            "decision_seconds": round(decision, 3),
+            "decision": decided,
+            "exact_audit_seconds": round(seconds, 3),
+            "exact_audit_peak_mb": round(peak / 2**20, 1),
+            "state_mb": round(history.audit.state_bytes() / 2**20, 2),
+            "replay_seconds_total": round(replay, 2),
+            "exact_audit": outcome,
+            "miss_probability_bound": f"{history.audit.miss_probability():.1e}",
+            "float_svd_seconds": baseline,
+            "float_matrix_mb": round(baseline_gb * 1024, 1),
+        }
+        print(
+            f"{label}: {row['released_sets']:>5} sets, {atoms:>6} atoms: exact audit {seconds:7.3f} s, "
+            f"peak {row['exact_audit_peak_mb']:7.1f} MB ({outcome}), state {row['state_mb']:6.2f} MB; "
+            f"decision {decision:.3f} s ({decided}); "
+            f"float SVD {baseline if baseline is not None else 'not run'} s over a "
+            f"{row['float_matrix_mb']:.0f} MB matrix",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        help="CSV of ACS records (repeatable; default: the shipped 5,000-record sample)",
+    )
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="numbers of released sets (comma-separated)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--baseline-max-gb", type=float, default=1.0, help="run the float SVD baseline up to this matrix size"
+    )
+    parser.add_argument("--out", type=Path, default=Path("results/audit_bench.csv"))
+
+
+def run(args: argparse.Namespace) -> int:
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    rows = []
+    for path in args.data or [acs_sample_path()]:
+        data = pd.read_csv(path)
+        rows += bench(data, Path(path).name, sizes, args.seed, args.baseline_max_gb)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    markdown = args.out.with_suffix(".md")
+    frame = pd.DataFrame(rows)
+    markdown.write_text(
+        frame.to_markdown(index=False) + "\n" if hasattr(frame, "to_markdown") else frame.to_string()
+    )
+    print(f"written to {args.out}")
+    return 0

@@ -1,0 +1,317 @@
+"""The exact audit of everything the controller has released, to anyone (issue 22).
+
+Threat model. Whatever one analyst receives, all may know: analysts collude, share keys, or are one
+person with many keys. So every new analysis is audited against every release the controller has
+made on this data set (one global history, ``session_store`` keeps it under the data file's
+SHA-256), not against the requesting analyst's own.
+
+What is released. Every statistic is a set of linear functionals of the records (``analyses``
+names them beside each statistic): a count over S is 1_S . 1, a sum or mean is 1_S . y (and its
+count), a table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup
+of S for a discrete predictor, the weighted set x . 1_S for a numeric one). The audit pools the
+weight vectors of all functionals, whatever column they weigh, into one matrix M (pooling only
+adds combinations, so it can refuse more, never less), with the universe 1_all always in it (N is
+public).
+
+What is refused. A group G of records has its count, and each column's sum, determined by the
+releases exactly when 1_G lies in the row space of M (Chin and Ozsoyoglu 1982 audit SUM queries
+this way for single records; here the unit is a group). Refused: any release after which a group
+of 1 to t - 1 records is determined (t = ``Rules.threshold``).
+
+How, exactly and without a dense sets x records matrix:
+
+1. Atoms: classes of records that every released functional weighs alike. Every vector of the
+   row space is constant on atoms, so only unions of atoms can be determined, and only atoms of
+   fewer than t records (small atoms) can be in a determined group of fewer than t records.
+2. Let M_L be M on the large atoms and Y a basis of its left null space: the combinations of
+   released functionals that vanish on every large atom. Their values on the small atoms span
+   V = R(M) restricted to combinations zero on large atoms, the space every determined small
+   group's indicator lies in.
+3. Three uniform random elements of V give its support (an atom of the support is missed with
+   probability p^-3); atoms outside the support belong to no determined group. An empty support
+   ends the audit: nothing is determined, completely.
+4. A basis of V on its support: D uniform random combinations of Y's rows times M, D doubled
+   (adding rows to the reduced basis) until their rank is at most D - 8 (then D uniform vectors of
+   V fail to span it with probability below 2 p^-8), or all of Y's rows once D reaches their number
+   (exact).
+5. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
+   whose atoms total fewer than t records.
+
+All arithmetic is modulo random primes (``modular``, which states the error bound: below
+B / 1.05e9 per prime, B the sum of log2 of the released rows' norms; two primes by default, a
+group is refused if it is determined modulo either). No floating-point cut-off decides anything.
+
+What is guaranteed: no release makes the count or any column's sum of a group of 1 to t - 1
+records a linear function of the released figures (up to the stated probability). What is not:
+bounds and integrality (a sum of two hours-worked values that equals 198 pins both at the maximum
+of 99; Kleinberg, Papadimitriou and Raghavan 2000 show that auditing under such constraints, even
+Boolean ones, is coNP-hard); quantiles and other order statistics (covered by their own rules);
+what refusals tell (``service``: each refusal is a bit, bounded per person).
+
+When the audit cannot finish (the basis would exceed ``max_entries`` numbers or ``max_work``
+operations to reduce, or the search its node budget) it refuses: a long history of fine-grained
+releases eventually stops releasing, which costs utility, never privacy. Cost per check: one
+RREF of M_L^T (at most N/t x m), a pass over the released bits on the small atoms (m x A_S,
+float64 BLAS in blocks), the basis (D x support) and the search; state kept between checks: the
+released functionals as packed bits (m N / 8 bytes) and each record's atom (N integers).
+``petlab-experiments audit-bench`` measures it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from petlab.server.controller.modular import (
+    left_null_space,
+    matmul,
+    miss_probability,
+    random_prime,
+    residues,
+    row_log2_norm,
+    rref,
+    times_bits,
+)
+from petlab.server.controller.small_groups import SearchBudget, find_group
+
+SUPPORT_SAMPLES = 3
+SPAN_MARGIN = 8
+
+
+@dataclass(frozen=True)
+class Functional:
+    """A released linear functional: weight 1 (or the value of ``weight``) on each member record."""
+
+    members: np.ndarray  # packed bits over the records (np.packbits of a boolean mask)
+    weight: str | None = None  # a numeric column weighing the members (regressions' predictors)
+
+    @classmethod
+    def of(cls, mask: np.ndarray, weight: str | None = None) -> Functional:
+        return cls(np.packbits(np.asarray(mask, dtype=bool)), weight)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why a release may not happen (for the log only: it states figures from the data)."""
+
+    reason: str
+    group_size: int = 0  # records of the determined group, 0 when the audit was inconclusive
+
+
+@dataclass
+class ReleaseAudit:
+    """The audit state of one history: released functionals (packed bits) and each record's atom.
+
+    ``primes`` and ``rng`` are drawn from the operating system's CSPRNG unless given (tests)."""
+
+    data: pd.DataFrame
+    threshold: int = 10
+    primes: tuple[int, ...] = ()
+    rng: np.random.Generator | None = None
+    max_entries: int = 25_000_000  # numbers in the basis of the space on the small atoms
+    max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
+    search_budget: int = 20_000
+    n_primes: int = 2
+    _bits: np.ndarray = field(init=False, repr=False)
+    _weights: list[str | None] = field(init=False, repr=False)
+    _atoms: np.ndarray = field(init=False, repr=False)
+    _log2_norms: float = field(init=False, default=0.0)
+    _residues: dict[tuple[str, int], np.ndarray] = field(init=False, default_factory=dict, repr=False)
+    _scales: dict[str, int] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.data)
+        if not self.primes:
+            self.primes = tuple(random_prime() for _ in range(self.n_primes))
+        if self.rng is None:
+            self.rng = np.random.default_rng(secrets.randbits(128))
+        self._bits = np.zeros((16, (n + 7) // 8), dtype=np.uint8)
+        self._bits[0] = np.packbits(np.ones(n, dtype=bool))  # the universe: N is public
+        self._weights = [None]
+        self._atoms = np.zeros(n, dtype=np.int64)
+        self._log2_norms = row_log2_norm(np.ones(1)) + 0.5 * np.log2(max(n, 1))
+
+    # ---------------------------------------------------------------- the history
+
+    @property
+    def n_records(self) -> int:
+        return len(self.data)
+
+    @property
+    def n_released(self) -> int:
+        """Released functionals, the universe not counted."""
+        return len(self._weights) - 1
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self._atoms.max()) + 1 if len(self._atoms) else 0
+
+    def miss_probability(self) -> float:
+        """``modular``'s bound on missing a determined group, for the rows released so far."""
+        return miss_probability(self._log2_norms, len(self.primes))
+
+    def state_bytes(self) -> int:
+        """Bytes the audit keeps between checks: the packed released functionals and the atoms."""
+        return len(self._weights) * self._bits.shape[1] + self._atoms.nbytes
+
+    def record(self, functionals: list[Functional]) -> None:
+        """Add released functionals to the history (after :meth:`check` passed, or on replay)."""
+        for functional in functionals:
+            self._validate(functional)
+        self._atoms = self._refined(functionals)
+        needed = len(self._weights) + len(functionals)
+        if needed > len(self._bits):
+            grown = np.zeros((max(needed, 2 * len(self._bits)), self._bits.shape[1]), dtype=np.uint8)
+            grown[: len(self._weights)] = self._bits[: len(self._weights)]
+            self._bits = grown
+        for functional in functionals:
+            self._bits[len(self._weights)] = functional.members
+            self._weights.append(functional.weight)
+            self._log2_norms += self._row_log2_norm(functional)
+
+    def released_bits(self) -> np.ndarray:
+        """The released functionals' packed members, universe first (a view, not a copy)."""
+        return self._bits[: len(self._weights)]
+
+    # ---------------------------------------------------------------- the check
+
+    def check(self, functionals: list[Functional]) -> Finding | None:
+        """Why releasing ``functionals`` after the history would determine a group of 1 to t - 1
+        records (or why the audit cannot tell), or None."""
+        for functional in functionals:
+            self._validate(functional)
+        atoms = self._refined(functionals)
+        sizes = np.bincount(atoms)
+        representatives = np.empty(len(sizes), dtype=np.int64)
+        representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]  # each atom's first record
+        small = np.flatnonzero(sizes < self.threshold)
+        if not len(small):
+            return None
+        bits = self.released_bits()
+        if functionals:
+            bits = np.concatenate([bits, np.stack([f.members for f in functionals])])
+        weights = self._weights + [f.weight for f in functionals]
+        large = np.flatnonzero(sizes >= self.threshold)
+        for p in self.primes:
+            finding = self._check_modulo(p, bits, weights, sizes, representatives, small, large)
+            if finding is not None:
+                return finding
+        return None
+
+    def _check_modulo(self, p, bits, weights, sizes, representatives, small, large) -> Finding | None:
+        assert self.rng is not None
+        on_large = self._over_atoms(bits, weights, representatives[large], p)
+        combinations = left_null_space(on_large, p)  # Y: zero on every large atom
+        if not len(combinations):
+            return None
+        probes = matmul(self.rng.integers(0, p, size=(SUPPORT_SAMPLES, len(combinations))), combinations, p)
+        values = self._times(probes, bits, weights, representatives[small], p)
+        support = small[(values != 0).any(axis=0)]
+        if not len(support):
+            return None
+        basis = np.zeros((0, len(support)), dtype=np.int64)
+        depth, drawn = 32, 0
+        while True:
+            exact = depth >= len(combinations)
+            rows = len(combinations) if exact else depth
+            if rows * len(support) > self.max_entries or rows * rows * len(support) > self.max_work:
+                return Finding(
+                    f"the audit cannot certify the release: the combinations that vanish on every "
+                    f"group of {self.threshold} or more records span more than {len(basis)} "
+                    f"dimensions over {len(support)} small atoms, beyond its memory or work cap"
+                )
+            if exact:  # every combination: no sampling
+                mixing = combinations
+            else:  # depth uniform random combinations in all: the ones not drawn yet
+                draw = self.rng.integers(0, p, size=(depth - drawn, len(combinations)))
+                mixing, drawn = matmul(draw, combinations, p), depth
+            fresh = self._times(mixing, bits, weights, representatives[support], p)
+            basis, _ = rref(np.concatenate([basis, fresh]), p)
+            if exact or len(basis) <= depth - SPAN_MARGIN:
+                break
+            depth *= 2
+        try:
+            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget, self.max_work)
+        except SearchBudget:
+            return Finding(
+                f"the audit cannot certify the release: the search for a determined group of fewer "
+                f"than {self.threshold} records needed more than its budget of steps or work"
+            )
+        if found is None:
+            return None
+        size = int(sizes[support][found].sum())
+        return Finding(
+            f"a group of {size} record(s) ({len(found)} atom(s)) would have its count and sums "
+            f"determined: its indicator would be a linear combination of the released functionals",
+            size,
+        )
+
+    # ---------------------------------------------------------------- helpers
+
+    def _validate(self, functional: Functional) -> None:
+        if functional.members.shape != (self._bits.shape[1],):
+            raise ValueError("a functional's members must be packed bits over all records")
+        if functional.weight is not None and functional.weight not in self.data.columns:
+            raise ValueError(f"no column {functional.weight!r} to weigh a functional")
+
+    def _refined(self, functionals: list[Functional]) -> np.ndarray:
+        """Atoms after adding ``functionals``: records split by each functional's weight."""
+        n = self.n_records
+        key = self._atoms.copy()
+        for functional in functionals:
+            member = np.unpackbits(functional.members, count=n).astype(bool)
+            code = member.astype(np.int64)
+            if functional.weight is not None:  # members split by their weight
+                values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
+                code[member] = np.unique(values, return_inverse=True)[1] + 1
+            span = int(code.max()) + 1
+            if int(key.max()) >= (1 << 62) // max(span, 1):
+                key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+            key = key * span + code
+        return np.unique(key, return_inverse=True)[1].astype(np.int64)
+
+    def _row_log2_norm(self, functional: Functional) -> float:
+        member = np.unpackbits(functional.members, count=self.n_records).astype(bool)
+        if functional.weight is None:
+            return row_log2_norm(member.astype(np.float64))
+        values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
+        _, log2_denominator = residues(values, self.primes[0]) if len(values) else (None, 0)
+        return row_log2_norm(values) + log2_denominator
+
+    def _weight_residues(self, column: str, p: int) -> np.ndarray:
+        if (column, p) not in self._residues:
+            values = self.data[column].to_numpy(dtype=np.float64)
+            self._residues[column, p] = residues(values, p)[0]
+        return self._residues[column, p]
+
+    @staticmethod
+    def _gather(bits: np.ndarray, records: np.ndarray) -> np.ndarray:
+        """The 0/1 matrix of ``bits`` (rows x packed records) at ``records``."""
+        return (bits[:, records >> 3] >> (7 - (records & 7)).astype(np.uint8)) & 1
+
+    def _over_atoms(self, bits, weights, records, p) -> np.ndarray:
+        """M over the atoms represented by ``records``, mod p (int64)."""
+        matrix = self._gather(bits, records).astype(np.int64)
+        for row, weight in enumerate(weights):
+            if weight is not None:
+                matrix[row] = matrix[row] * self._weight_residues(weight, p)[records] % p
+        return matrix
+
+    def _times(self, coefficients, bits, weights, records, p) -> np.ndarray:
+        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p."""
+        weighted = [row for row, weight in enumerate(weights) if weight is not None]
+        plain = np.ones(len(weights), dtype=bool)
+        plain[weighted] = False
+        plain_bits = bits if not weighted else bits[plain]
+        plain_coefficients = coefficients if not weighted else coefficients[:, plain]
+        out = np.zeros((len(coefficients), len(records)), dtype=np.int64)
+        for start in range(0, len(records), 8192):
+            gathered = self._gather(plain_bits, records[start : start + 8192])
+            out[:, start : start + 8192] = times_bits(plain_coefficients, gathered, p)
+        for row in weighted:
+            column = self._over_atoms(bits[row : row + 1], [weights[row]], records, p)[0]
+            out = (out + coefficients[:, row : row + 1] * column[None, :] % p) % p
+        return out

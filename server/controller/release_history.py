@@ -1,0 +1,132 @@
+"""Everything released on one data set, and the decision on the next analysis (issue 22).
+
+One history for all analysts: whatever one of them receives, all may know. The decision on an
+analysis, in order (the first reason wins; reasons state exact figures and go to the log only):
+
+1. output checking (``output_checking``): the analysis alone;
+2. empty cells shown by equal sets: a new query set whose records are exactly those of a set
+   released before (or of another set of the same analysis) while its definition differs (the
+   values each column admits, ``analyses.definition``) shows that the records admitted by one
+   definition and not the other are none: a zero cell, refused as acro refuses empty table cells.
+   count(occ = 5) equal to count(occ = 5 and sex = 2) says that everyone in occupation 5 is a
+   woman. (Empty regions that only three or more sets reveal are not detected.)
+3. pairwise query-set-size control (``query_set_control``);
+4. the exact audit of all released functionals (``release_audit``): no group of 1 to t - 1
+   records may have its count or sums determined.
+
+:func:`released_functionals` is what an analysis adds to the history when it is released; the
+session store keeps those rows under the data file's digest and :meth:`ReleaseHistory.replay`
+rebuilds the state at start (atoms and bits only, cheap).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from petlab.server.controller.analyses import Evaluated
+from petlab.server.controller.output_checking import Rules, check
+from petlab.server.controller.query_set_control import QuerySetControl
+from petlab.server.controller.release_audit import Functional, ReleaseAudit
+
+
+@dataclass(frozen=True)
+class Released:
+    """One released functional as the history stores it."""
+
+    members: bytes  # packed bits over the records
+    weight: str | None  # None: a query set; else the column weighing its members
+    definition: str  # the query set's definition (canonical JSON)
+
+
+def released_functionals(evaluated: Evaluated) -> list[Released]:
+    """What releasing ``evaluated`` adds to the history (``analyses`` names it per statistic)."""
+    out = [
+        Released(np.packbits(mask).tobytes(), None, definition)
+        for mask, definition in zip(evaluated.query_sets, evaluated.definitions, strict=True)
+    ]
+    for index, column in evaluated.weighted:
+        out.append(Released(out[index].members, column, out[index].definition))
+    return out
+
+
+@dataclass
+class ReleaseHistory:
+    data: pd.DataFrame
+    rules: Rules = field(default_factory=Rules)
+    audit: ReleaseAudit | None = None
+    _definitions: dict[bytes, set[str]] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.audit is None:
+            self.audit = ReleaseAudit(self.data, self.rules.threshold)
+        everyone = np.packbits(np.ones(len(self.data), dtype=bool)).tobytes()
+        self._definitions[_digest(everyone)] = {"{}"}
+
+    @property
+    def n_released(self) -> int:
+        assert self.audit is not None
+        return self.audit.n_released
+
+    def replay(self, rows: Iterable[Released]) -> None:
+        """Rebuild the state from stored rows (no checks: they were released)."""
+        self._add(list(rows))
+
+    def refusal(self, evaluated: Evaluated) -> str | None:
+        """Why ``evaluated`` may not be released now (module docstring), or None."""
+        assert self.audit is not None
+        decision = check(evaluated, self.rules)
+        if not decision.release:
+            return "output checking: " + "; ".join(decision.reasons)
+        rows = released_functionals(evaluated)
+        empty = self._empty_cell(rows)
+        if empty:
+            return f"zero cell: {empty}"
+        control = QuerySetControl(len(self.data), self.rules.threshold, self.audit.released_bits())
+        sets = [np.frombuffer(row.members, dtype=np.uint8) for row in rows if row.weight is None]
+        violation = control.violation_packed(np.stack(sets)) if sets else None
+        if violation:
+            return f"query-set-size control: {violation}"
+        finding = self.audit.check([_functional(row) for row in rows])
+        return f"query-set-size control: exact audit: {finding.reason}" if finding else None
+
+    def record(self, evaluated: Evaluated) -> list[Released]:
+        """Add a released analysis; returns the rows to store."""
+        rows = released_functionals(evaluated)
+        self._add(rows)
+        return rows
+
+    def _add(self, rows: list[Released]) -> None:
+        assert self.audit is not None
+        self.audit.record([_functional(row) for row in rows])
+        for row in rows:
+            if row.weight is None and any(row.members):
+                self._definitions.setdefault(_digest(row.members), set()).add(row.definition)
+
+    def _empty_cell(self, rows: list[Released]) -> str | None:
+        batch: dict[bytes, set[str]] = {}
+        for row in rows:
+            if row.weight is not None or not any(row.members):
+                continue
+            key = _digest(row.members)
+            earlier = self._definitions.get(key, set()) | batch.setdefault(key, set())
+            if earlier - {row.definition}:
+                return (
+                    f"a query set defined by {row.definition} has exactly the records of one defined "
+                    f"by {sorted(earlier - {row.definition})[0]}: the records one admits and the "
+                    "other does not are none"
+                )
+            batch[key].add(row.definition)
+        return None
+
+
+def _digest(members: bytes) -> bytes:
+    return hashlib.sha256(members).digest()
+
+
+def _functional(row: Released) -> Functional:
+    return Functional(np.frombuffer(row.members, dtype=np.uint8), row.weight)

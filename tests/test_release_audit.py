@@ -1,0 +1,180 @@
+"""The exact audit's pieces against brute force in exact rationals (issue 22): arithmetic modulo
+primes, the search for a small determined group, and the whole audit on random released systems,
+including weighted functionals (regressions) and the inconclusive cases, which refuse."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from petlab.server.controller.modular import (
+    is_prime,
+    left_null_space,
+    matmul,
+    miss_probability,
+    random_prime,
+    residues,
+    rref,
+    times_bits,
+)
+from petlab.server.controller.release_audit import Functional, ReleaseAudit
+from petlab.server.controller.small_groups import SearchBudget, find_group
+
+P = random_prime(np.random.default_rng(0))
+
+
+def rational_rank(rows: list[list[Fraction]]) -> int:
+    rows = [list(r) for r in rows]
+    rank = 0
+    for column in range(len(rows[0]) if rows else 0):
+        pivot = next((i for i in range(rank, len(rows)) if rows[i][column]), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        for i in range(len(rows)):
+            if i != rank and rows[i][column]:
+                factor = rows[i][column] / rows[rank][column]
+                rows[i] = [a - factor * b for a, b in zip(rows[i], rows[rank], strict=True)]
+        rank += 1
+    return rank
+
+
+def brute_force_group(rows: list[list[Fraction]], n: int, t: int) -> tuple | None:
+    """A union of small atoms (< t records) whose indicator is in the rational row space, by trying
+    every union; rows over the records, the universe included."""
+    signature: dict[tuple, list[int]] = {}
+    for j in range(n):
+        signature.setdefault(tuple(row[j] for row in rows), []).append(j)
+    small = [atom for atom in signature.values() if len(atom) < t]
+    base = rational_rank(rows)
+    for k in range(1, t):
+        for union in itertools.combinations(small, k):
+            members = {j for atom in union for j in atom}
+            if (
+                len(members) < t
+                and rational_rank([*rows, [Fraction(int(j in members)) for j in range(n)]]) == base
+            ):
+                return union
+    return None
+
+
+def test_primes_and_the_error_bound():
+    assert [n for n in range(30) if is_prime(n)] == [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]
+    small_primes = [q for q in range(2, 46_341) if all(q % r for r in range(2, int(q**0.5) + 1))]
+    rng = np.random.default_rng(5)
+    for n in [2_147_483_647, 2_147_483_649, *rng.integers(1 << 30, 1 << 31, size=300).tolist()]:
+        assert is_prime(n) == all(n % q for q in small_primes)  # trial division up to sqrt(2^31)
+    assert (1 << 30) <= P < (1 << 31) and is_prime(P)
+    # 2,000 rows over 100,000 records: at most (r / 2) log2 N bits of Delta
+    bound = miss_probability(2000 * 0.5 * np.log2(100_000), 2)
+    assert bound < 3e-10 and miss_probability(2000 * 0.5 * np.log2(100_000), 1) < 2e-5
+
+
+def test_exact_products_and_residues():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, P, size=(3, 70))
+    b = rng.integers(0, P, size=(70, 5))
+    bits = rng.integers(0, 2, size=(70, 9000))
+    expected = [[sum(int(a[i, k]) * int(b[k, j]) for k in range(70)) % P for j in range(5)] for i in range(3)]
+    assert matmul(a, b, P).tolist() == expected
+    by_bits = times_bits(a, bits, P)
+    assert by_bits[:, :40].tolist() == [
+        [sum(int(a[i, k]) * int(bits[k, j]) for k in range(70)) % P for j in range(40)] for i in range(3)
+    ]
+    values, log2_denominator = residues(np.array([0.5, -1.25, 3.0, 0.5]), P)
+    assert log2_denominator == 2
+    assert [int(v) * d % P for v, d in zip(values, (2, 4, 1, 2), strict=True)] == [1, (-5) % P, 3, 1]
+
+
+def test_rref_and_left_null_space_modulo_p():
+    rng = np.random.default_rng(2)
+    m = rng.integers(0, 3, size=(6, 9)) @ rng.integers(0, 2, size=(9, 11))  # rank <= 6
+    reduced, pivots = rref(m, P)
+    assert len(reduced) == rational_rank([[Fraction(int(v)) for v in row] for row in m])
+    assert np.all(reduced[np.arange(len(pivots)), pivots] == 1)
+    null = left_null_space(m[:, :4], P)
+    assert np.all(matmul(null, m[:, :4] % P, P) == 0) and len(null) == 6 - len(rref(m[:, :4], P)[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_search_equals_brute_force(seed):
+    """Structured spaces (small integer combinations of sparse 0/1 patterns, sometimes with a small
+    group planted): find_group finds a small 0/1 vector exactly when one exists."""
+    rng = np.random.default_rng(seed)
+    d, w, t = int(rng.integers(1, 13)), int(rng.integers(4, 40)), int(rng.integers(2, 8))
+    patterns = (rng.random((d + 2, w)) < rng.uniform(0.05, 0.5)).astype(np.int64)
+    if rng.random() < 0.5:
+        patterns[0] = 0
+        patterns[0, rng.choice(w, size=int(rng.integers(1, 3)), replace=False)] = 1
+    rows = (rng.integers(-1, 2, size=(d, d + 2)) @ patterns) % P
+    sizes = rng.integers(1, t, size=w)
+    found = find_group(rows, sizes, t, P)
+    basis, _ = rref(rows, P)
+    exists = any(
+        np.all(np.isin(combined := basis[list(subset)].sum(axis=0) % P, (0, 1)))
+        and sizes[combined == 1].sum() < t
+        for k in range(1, len(basis) + 1)
+        for subset in itertools.combinations(range(len(basis)), k)
+    )
+    assert (found is not None) == exists
+    if found is not None:
+        z = np.zeros(w, dtype=np.int64)
+        z[found] = 1
+        assert 0 < sizes[found].sum() < t and len(rref(np.vstack([basis, z]), P)[0]) == len(basis)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_audit_equals_brute_force(seed):
+    """Random released systems over 8 to 14 records (sets, and sets weighed by a column, as
+    regressions release), part recorded and part checked: the audit refuses exactly when a union of
+    small atoms (fewer than t records) is determined over the rationals."""
+    rng = np.random.default_rng(seed)
+    n, t = int(rng.integers(8, 15)), int(rng.integers(2, 5))
+    data = pd.DataFrame({"w": rng.integers(1, 4, size=n), "z": rng.integers(-2, 3, size=n) / 2})
+    audit = ReleaseAudit(data, t, primes=(P,), rng=np.random.default_rng(seed))
+    functionals, rows = [], [[Fraction(1)] * n]
+    for _ in range(int(rng.integers(1, 7))):
+        members = rng.random(n) < rng.uniform(0.2, 0.8)
+        weight = rng.choice(np.array([None, None, "w", "z"], dtype=object))
+        functionals.append(Functional.of(members, weight))
+        scale = data[weight].to_numpy() if weight else np.ones(n)
+        rows.append([Fraction(float(v)) if m else Fraction(0) for v, m in zip(scale, members, strict=True)])
+    recorded = int(rng.integers(0, len(functionals) + 1))
+    audit.record(functionals[:recorded])
+    finding = audit.check(functionals[recorded:])
+    truth = brute_force_group(rows, n, t)
+    assert (finding is not None) == (truth is not None), (finding, truth)
+    if finding is not None:
+        assert 1 <= finding.group_size < t
+
+
+def test_an_audit_that_cannot_finish_refuses():
+    """Past its memory cap or its search budget the audit refuses (and says why, for the log)."""
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame({"v": rng.integers(0, 5, size=40)})
+    sets = [Functional.of(rng.random(40) < 0.5) for _ in range(12)]
+    capped = ReleaseAudit(data, 10, primes=(P,), rng=rng, max_entries=1)
+    capped.record(sets[:-1])
+    finding = capped.check(sets[-1:])
+    assert finding is not None and finding.group_size == 0 and "cannot certify" in finding.reason
+    dense = np.array([[1, 1, 2, 0], [0, 1, 1, 1], [1, 0, 3, 1]], dtype=np.int64)
+    with pytest.raises(SearchBudget):
+        find_group(np.tile(dense, (1, 6)), np.ones(24, dtype=np.int64), 10, P, budget=1)
+
+
+def test_state_is_packed_bits_and_atoms():
+    """What the audit keeps: m packed rows of N bits and one atom index per record."""
+    n = 100_000
+    data = pd.DataFrame({"v": np.zeros(n)})
+    audit = ReleaseAudit(data, 10, primes=(P,))
+    rng = np.random.default_rng(4)
+    audit.record([Functional.of(rng.random(n) < 0.5) for _ in range(20)])
+    assert audit.n_released == 20 and audit.state_bytes() == 21 * (n // 8) + 8 * n
