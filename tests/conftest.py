@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import capnp
 import numpy as np
 import pytest
 
@@ -117,6 +118,33 @@ def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]
         return made[name, settings]
 
     return make
+
+
+# concrete's key sets and values both have three pointer fields at the root; this one more, which
+# concrete's schema does not list (the listed fields are carried as they are)
+WIDER_SCHEMA = """@0xe1c6ac7b32a5a3f1;
+struct Wider { f0 @0 :AnyPointer; f1 @1 :AnyPointer; f2 @2 :AnyPointer; unlisted @3 :List(Data); }
+"""
+
+
+@pytest.fixture(scope="session")
+def with_unlisted_pointer(tmp_path_factory) -> Callable[[bytes, list[bytes]], bytes]:
+    """``with_unlisted_pointer(message, blobs)``: concrete's key set or ciphertext ``message`` with a
+    fourth root pointer field holding ``blobs``: a field concrete copies as it reads it, and a
+    reader of the listed fields never sees."""
+    path = tmp_path_factory.mktemp("schema") / "wider.capnp"
+    path.write_text(WIDER_SCHEMA)
+    wider = capnp.load(str(path))
+
+    def widen(message: bytes, blobs: list[bytes]) -> bytes:
+        with wider.Wider.from_bytes(message, traversal_limit_in_words=len(message)) as reader:
+            builder = reader.as_builder()
+        field = builder.init("unlisted", len(blobs))
+        for i, blob in enumerate(blobs):
+            field[i] = blob
+        return bytes(builder.to_bytes())
+
+    return widen
 
 
 @contextmanager
