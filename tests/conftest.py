@@ -193,11 +193,23 @@ def simulate_all():
 
 @pytest.fixture(scope="session")
 def local_cluster():
-    """One real ``LocalCluster`` of 2 worker processes (1 thread each) for every cluster test."""
+    """One real ``LocalCluster`` of 2 worker processes (1 thread each) for every cluster test,
+    started as ``--local-workers`` starts it (mutual TLS under a temporary key pair). Its key pair is
+    put in Dask's configuration for the session, as an operator configures ``--cluster`` clients,
+    so tests may connect by its address."""
+    import dask
+
     from petlab.dask_cluster import ClusterSpec, DaskCluster
 
     cluster = DaskCluster.start(ClusterSpec(local_workers=2))
+    security = cluster.security
+    credentials = {
+        "distributed.comm.tls.ca-file": security.tls_ca_file,
+        "distributed.comm.tls.client.cert": security.tls_client_cert,
+        "distributed.comm.tls.client.key": security.tls_client_key,
+    }
     try:
-        yield cluster
+        with dask.config.set(credentials):
+            yield cluster
     finally:
         cluster.close()
