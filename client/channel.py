@@ -9,6 +9,12 @@ Credentials travel only where nobody else can read them (issue 23): a bearer tok
 anyway; anyone on the path can read it and act as you"); otherwise :func:`make_channel` refuses
 before any connection is made. A client certificate and its key go together and always mean TLS:
 one without the other is refused rather than silently dropped for a plaintext channel.
+
+A plaintext channel to a loopback address never goes through an HTTP proxy: gRPC honours
+``grpc_proxy``, ``https_proxy`` and ``http_proxy`` for every target, loopback included, and tunnels
+the connection with ``CONNECT 127.0.0.1:PORT``, so the proxy reads the plaintext HTTP/2 stream, token
+included, and connects to *its own* loopback, another machine's server (found by the red team:
+``tests/test_identities.py``).
 """
 
 from __future__ import annotations
@@ -52,4 +58,6 @@ def make_channel(
             f"refusing to send the bearer token in plaintext to {address}: give --tls-ca to use TLS "
             "(or --insecure-token to send it readable by anyone on the path)"
         )
+    if is_loopback_address(address):
+        options.append(("grpc.enable_http_proxy", 0))  # this machine's server, never a proxy's
     return with_token(grpc.insecure_channel(address, options), token)

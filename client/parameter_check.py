@@ -19,7 +19,19 @@ sent) and through concrete (what concrete will generate), and refuses them unles
   GLWE dimension x polynomial size), each key-switching key's (under its output LWE key), each
   circuit input's fresh encryption;
 * **keys fit together**: each key's input and output secret keys exist and have the dimensions its
-  parameters name (so no key is encrypted under a key the checks above did not see).
+  parameters name (so no key is encrypted under a key the checks above did not see);
+* **every value is encrypted under a whole key**: each circuit input and output is an LWE
+  ciphertext (no clear or index gate) under an existing secret key, with exactly that key's LWE
+  dimension, the native modulus and no compression but concrete's seed. concrete encrypts an input
+  with the first ``lweDimension`` coefficients of the secret key the gate names, whatever that
+  key's size (``getEncryptionTransformer``): specs whose input names dimension 1 under the
+  2048-coefficient key made the client send each feature under a single key bit, which the server
+  reads by trying both values (found by the red team; ``tests/test_parameter_check.py``); a larger
+  dimension reads past the key's buffer, when encrypting and when decrypting.
+
+The JSON checks read the specs as concrete itself reads them (``ProgramInfo.serialize()``), so no
+difference between two JSON parsers (duplicate fields, escapes, numbers) can show this check one
+value and concrete another.
 
 The curve: concrete's optimizer's 128-bit security curve (concrete-python 2.11, ciphertext modulus
 2^64, binary keys): log2(standard deviation) >= max(-0.025696778711484592 n + 2.675740240076439,
@@ -98,6 +110,7 @@ def check_security(specs: bytes) -> None:
                     f"reads {len(read[kind])}; refusing to make keys"
                 )
         dimensions = [key.dimension() for key in read["lweSecretKeys"]]
+        concrete_view = json.loads(program.serialize())  # what concrete will use, field by field
         noises, links = _noises_and_links(read)
         for name in program.function_list():
             for i in range(len(program.get_circuit(name).get_inputs())):
@@ -127,7 +140,8 @@ def check_security(specs: bytes) -> None:
                 "refusing to make keys"
             )
     try:
-        _check_json_keys(keyset)
+        _check_json_keys(concrete_view["keyset"])
+        _check_gates(concrete_view["circuits"], dimensions)
     except (KeyError, TypeError) as exc:
         raise WeakParameters(f"the server's client specs cannot be read: missing {exc}") from exc
     for link in links:
@@ -204,6 +218,33 @@ def _check_json_keys(keyset: dict[str, Any]) -> None:
                 raise WeakParameters(
                     f"the server's {what} does not match its secret keys; refusing to make keys"
                 )
+
+
+def _check_gates(circuits: list[dict[str, Any]], dimensions: list[int]) -> None:
+    """Every input and output of every circuit is an LWE ciphertext under a whole secret key
+    (module docstring): concrete encrypts and decrypts with the gate's ``lweDimension`` and the
+    key its ``keyId`` names, and checks neither against the other."""
+    for circuit in circuits:
+        for side in ("inputs", "outputs"):
+            for position, gate in enumerate(circuit[side]):
+                what = f"{side[:-1]} {position} of {circuit.get('name', '?')}"
+                if set(gate["typeInfo"]) != {"lweCiphertext"}:
+                    raise WeakParameters(f"the server's {what} is not encrypted; refusing to make keys")
+                ciphertext = gate["typeInfo"]["lweCiphertext"]
+                encryption = ciphertext["encryption"]
+                key_id, dimension = encryption["keyId"], encryption["lweDimension"]
+                if _dimension(dimensions, key_id) != dimension or type(dimension) is not int:
+                    raise WeakParameters(
+                        f"the server's {what} is encrypted with LWE dimension {dimension} under secret "
+                        f"key {key_id} of dimension {_dimension(dimensions, key_id)}; refusing to make keys"
+                    )
+                if encryption.get("modulus", NATIVE_MODULUS) != NATIVE_MODULUS or ciphertext[
+                    "compression"
+                ] not in ("none", "seed"):
+                    raise WeakParameters(
+                        f"the server's {what} is not over the native 2^64 modulus with concrete's own "
+                        "compression; refusing to make keys"
+                    )
 
 
 def _dimension(dimensions: list[int], key_id: int) -> int:

@@ -8,7 +8,12 @@ dependency (``pip install 'petlab[cluster]'``).
 
 The embedded ``LocalCluster`` listens on the loopback interface only: its scheduler, workers and
 dashboard (which shows task names, worker logs and memory, when bokeh is installed) are reachable
-from this machine only.
+from this machine only. Its connections are mutual TLS under a key pair made for it in memory
+(``Security.temporary()``; :attr:`DaskCluster.security`): Dask runs whatever pickled function a
+client submits, and before this any local user could connect to the scheduler's loopback port and
+run code as the data owner, next to its training points, keys and confidential data (found by the
+red team: ``tests/test_cluster_knn.py``). A scheduler given by ``--cluster`` is secured by its
+operator (``tls://`` and Dask's ``distributed.comm.tls`` configuration, which the client reads).
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ class DaskCluster:
     def __init__(self, client: Client, local: Any = None):
         self.client, self._local = client, local
 
+    @property
+    def security(self) -> Any:
+        """The embedded cluster's ``distributed.Security`` (its in-memory TLS key pair), or None."""
+        return None if self._local is None else self._local.security
+
     @classmethod
     def start(cls, spec: ClusterSpec, timeout: float = 30.0) -> DaskCluster:
         """Connect to ``spec.address`` or start ``spec.local_workers`` worker processes.
@@ -109,8 +119,9 @@ class DaskCluster:
             dashboard_address=f"{LOCAL_HOST}:0",  # ":0" would be every interface
             host=LOCAL_HOST,
             env=worker_environment(spec.local_workers),
+            security=True,  # mutual TLS under a temporary key pair: no other local user gets in
         )
-        return cls(Client(local, set_as_default=False), local)
+        return cls(Client(local, security=local.security, set_as_default=False), local)
 
     def worker_count(self) -> int:
         """Workers the scheduler knows now (0 when it has none, or cannot be asked)."""

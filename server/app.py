@@ -38,6 +38,7 @@ from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.caller_flags import caller_identities, owner_quota
 from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.request_arrival import RequestArrival
 from petlab.server.common.streams import StreamGuard, StreamLimits
 from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
 from petlab.server.common.undecodable import UndecodableRequests
@@ -103,6 +104,7 @@ class ServerOptions:
     owner_max_keys: int = 4
     controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
     call_seconds: float = 900.0  # server-side time limit of every call (server.common.thread_share)
+    request_seconds: float = 10.0  # a call's request message must arrive within this (request_arrival)
     streams: StreamLimits = field(default_factory=StreamLimits)  # server.common.streams
 
     @property
@@ -252,6 +254,8 @@ def check_options(options: ServerOptions, models_given: bool = False) -> None:
     if not 1 <= options.reserved_threads < options.workers:
         raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
     options.limits.check(options.workers - options.reserved_threads)
+    if options.request_seconds <= 0:
+        raise ValueError("--request-seconds must be positive")
     if options.streams.slots + options.workers >= options.max_concurrent_rpcs:
         raise ValueError(
             f"--max-concurrent-rpcs ({options.max_concurrent_rpcs}) must exceed --stream-slots "
@@ -359,10 +363,13 @@ def serve(options: ServerOptions, services: Services) -> RunningServer:
     """Put ``services`` on one gRPC server (interceptors, health, reflection), bind, start."""
     streams = StreamGuard(options.streams)
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="petlab-rpc"),
+        # a thread for every admitted call: one waiting for its request message holds one
+        # (server.common.request_arrival); --workers bounds the calls that work (ThreadShare)
+        ThreadPoolExecutor(max_workers=options.max_concurrent_rpcs, thread_name_prefix="petlab-rpc"),
         maximum_concurrent_rpcs=options.max_concurrent_rpcs,
         options=list(CHANNEL_OPTIONS),
         interceptors=[
+            RequestArrival(options.request_seconds),
             UndecodableRequests(),
             streams,
             CallTimeLimit(options.call_seconds),

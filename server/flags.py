@@ -27,7 +27,14 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         Path("petlab-data"),
         "compiled models, registered keys, controller sessions",
     )
-    add_env_option(serve, "--workers", int, 8, "threads of the server's pool")
+    add_env_option(
+        serve,
+        "--workers",
+        int,
+        8,
+        "calls doing work at once: k-NN calls take at most this minus --controller-threads (the "
+        "pool has a thread for every admitted call)",
+    )
     add_env_option(serve, "--max-concurrent-rpcs", int, 32, "calls admitted at once; more are refused")
     add_env_option(serve, "--tls-cert", Path, None, "the server's certificate (PEM), with --tls-key")
     add_env_option(serve, "--tls-key", Path, None, "the server's private key (PEM)")
@@ -50,6 +57,13 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         900.0,
         "server-side time limit of every call; a call still running is cancelled (it must cover "
         "the slowest key upload you accept)",
+    )
+    add_env_option(
+        serve,
+        "--request-seconds",
+        float,
+        10.0,
+        "a call whose request message has not arrived this long after it opened is cancelled",
     )
     add_env_option(
         serve,
@@ -90,6 +104,7 @@ def serve_options(args: argparse.Namespace) -> ServerOptions:
         "allow_insecure": args.allow_insecure,
         "controller_threads": args.controller_threads,
         "call_seconds": args.call_seconds,
+        "request_seconds": args.request_seconds,
         "streams": StreamLimits(args.stream_slots, args.stream_idle_seconds, args.stream_seconds),
     }
     return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import capnp
 import numpy as np
 import pytest
 
@@ -119,6 +120,33 @@ def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]
     return make
 
 
+# concrete's key sets and values both have three pointer fields at the root; this one more, which
+# concrete's schema does not list (the listed fields are carried as they are)
+WIDER_SCHEMA = """@0xe1c6ac7b32a5a3f1;
+struct Wider { f0 @0 :AnyPointer; f1 @1 :AnyPointer; f2 @2 :AnyPointer; unlisted @3 :List(Data); }
+"""
+
+
+@pytest.fixture(scope="session")
+def with_unlisted_pointer(tmp_path_factory) -> Callable[[bytes, list[bytes]], bytes]:
+    """``with_unlisted_pointer(message, blobs)``: concrete's key set or ciphertext ``message`` with a
+    fourth root pointer field holding ``blobs``: a field concrete copies as it reads it, and a
+    reader of the listed fields never sees."""
+    path = tmp_path_factory.mktemp("schema") / "wider.capnp"
+    path.write_text(WIDER_SCHEMA)
+    wider = capnp.load(str(path))
+
+    def widen(message: bytes, blobs: list[bytes]) -> bytes:
+        with wider.Wider.from_bytes(message, traversal_limit_in_words=len(message)) as reader:
+            builder = reader.as_builder()
+        field = builder.init("unlisted", len(blobs))
+        for i, blob in enumerate(blobs):
+            field[i] = blob
+        return bytes(builder.to_bytes())
+
+    return widen
+
+
 @contextmanager
 def serving(
     data_dir: Path, hosted: dict[str, HostedModel] | None = None, **options
@@ -165,11 +193,23 @@ def simulate_all():
 
 @pytest.fixture(scope="session")
 def local_cluster():
-    """One real ``LocalCluster`` of 2 worker processes (1 thread each) for every cluster test."""
+    """One real ``LocalCluster`` of 2 worker processes (1 thread each) for every cluster test,
+    started as ``--local-workers`` starts it (mutual TLS under a temporary key pair). Its key pair is
+    put in Dask's configuration for the session, as an operator configures ``--cluster`` clients,
+    so tests may connect by its address."""
+    import dask
+
     from petlab.dask_cluster import ClusterSpec, DaskCluster
 
     cluster = DaskCluster.start(ClusterSpec(local_workers=2))
+    security = cluster.security
+    credentials = {
+        "distributed.comm.tls.ca-file": security.tls_ca_file,
+        "distributed.comm.tls.client.cert": security.tls_client_cert,
+        "distributed.comm.tls.client.key": security.tls_client_key,
+    }
     try:
-        yield cluster
+        with dask.config.set(credentials):
+            yield cluster
     finally:
         cluster.close()

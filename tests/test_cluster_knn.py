@@ -194,6 +194,28 @@ def test_the_embedded_cluster_listens_on_loopback_only(local_cluster):
     assert all(is_loopback_host(ip) for _, ip, _ in listening), listening
 
 
+def test_the_embedded_cluster_runs_nothing_for_a_stranger(local_cluster):
+    """Red team: Dask runs any pickled function a connected client submits. The embedded cluster
+    listened in plain TCP on loopback, so any local user could connect and run code as the data
+    owner (measured: a plain ``Client(address)`` ran ``os.getcwd`` on a worker). Its connections are
+    now mutual TLS under its own key pair: a client without it, plain or with another key pair, is
+    not let in."""
+    from distributed import Client
+    from distributed.security import Security
+
+    address = local_cluster.client.scheduler.address
+    plain = address.replace("tls://", "tcp://", 1)
+    for target, security in ((plain, Security()), (address, Security.temporary())):
+        with pytest.raises((OSError, TimeoutError)):
+            stranger = Client(target, security=security, timeout=3, set_as_default=False)
+            try:
+                stranger.submit(os.getcwd).result(timeout=5)
+            finally:
+                stranger.close()
+    assert address.startswith("tls://")
+    assert local_cluster.client.submit(os.getcwd).result(timeout=60)  # its own client runs
+
+
 def test_the_dashboard_is_asked_for_on_loopback(monkeypatch):
     """The dashboard's address as given to Dask (bokeh is not installed here, so no dashboard
     listens in the test above): ``":0"`` would bind every interface."""
@@ -202,6 +224,8 @@ def test_the_dashboard_is_asked_for_on_loopback(monkeypatch):
     given: dict = {}
 
     class Recorded:
+        security = "the cluster's key pair"
+
         def __init__(self, **kwargs):
             given.update(kwargs)
 
@@ -209,7 +233,8 @@ def test_the_dashboard_is_asked_for_on_loopback(monkeypatch):
             pass
 
     monkeypatch.setattr(distributed, "LocalCluster", Recorded)
-    monkeypatch.setattr(distributed, "Client", lambda cluster, set_as_default: Recorded())
+    monkeypatch.setattr(distributed, "Client", lambda cluster, **kwargs: Recorded(client=kwargs))
     DaskCluster.start(ClusterSpec(local_workers=1)).close()
     host, _, port = given["dashboard_address"].rpartition(":")
     assert is_loopback_host(host) and port == "0" and is_loopback_host(given["host"])
+    assert given["security"] is True and given["client"]["security"] == Recorded.security

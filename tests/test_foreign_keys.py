@@ -197,3 +197,14 @@ def test_foreign_keys_planted_in_the_store_are_dropped_at_start(server, planted,
         )
     assert failure.value.code() == grpc.StatusCode.NOT_FOUND
     server.assert_serving()
+
+
+def test_pointers_the_schema_does_not_list_are_never_stored(server, own, with_unlisted_pointer):
+    """Red team: a key set with a root pointer concrete's schema does not list (concrete copies it
+    as it reads; 8,000 such pointers aliasing the 20 MB bootstrap key fit the upload margin and
+    would cost it 160 GB) is stored, and parsed, as the genuine key set exactly."""
+    keys = own.evaluation_keys_bytes()
+    wider = with_unlisted_pointer(keys, [bytes(4096)] * 2)
+    key_id = server.knn.RegisterKeys(chunks(wider, b""), timeout=300).key_id
+    assert (server.data_dir / "keys" / f"{key_id}.bin").read_bytes() == keys
+    server.assert_serving()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import socket
 import threading
 import time
 from pathlib import Path
@@ -268,6 +269,48 @@ def test_a_token_goes_to_a_loopback_server_in_plaintext(serve, hosted, tmp_path,
         for host in ("127.0.0.1", "localhost"):
             assert client_main(["models", "--server", f"{host}:{running.port}", "--token", BOB]) == 0
     assert capsys.readouterr().out.count("iris:") == 2
+
+
+@pytest.fixture()
+def recording_proxy(monkeypatch):
+    """An HTTP CONNECT proxy named by ``grpc_proxy``, ``https_proxy`` and ``http_proxy`` that
+    accepts every tunnel and keeps what comes through it (the proxy host's view)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2)
+                received = b""
+                try:
+                    received = connection.recv(65536)
+                    connection.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    while chunk := connection.recv(65536):
+                        received += chunk
+                except OSError:
+                    pass
+                seen.append(received)
+
+    threading.Thread(target=accept, daemon=True).start()
+    for variable in ("grpc_proxy", "https_proxy", "http_proxy"):
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{listener.getsockname()[1]}")
+    yield seen
+    listener.close()
+
+
+def test_a_token_to_loopback_never_goes_through_a_proxy(serve, hosted, tmp_path, recording_proxy, capsys):
+    """Attack (red team): with a proxy in the environment, as on many company machines, gRPC
+    tunnelled the "loopback" plaintext channel through it (``CONNECT 127.0.0.1:PORT``): the proxy
+    read the token and answered from its own loopback. The channel now goes to this machine."""
+    with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
+        status = client_main(["models", "--server", f"127.0.0.1:{running.port}", "--token", BOB])
+    assert recording_proxy == []  # before: the whole HTTP/2 stream, token headers included
+    assert status == 0 and "iris:" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("given", ["--tls-key", "--tls-cert"])

@@ -61,8 +61,8 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         monkeypatch.setattr(module, "parse_evaluation_keys", lambda data: object())
         monkeypatch.setattr(module, "parse_ciphertext", lambda data: object())
     monkeypatch.setattr(evaluators, "run_encrypted", long_evaluation)
-    monkeypatch.setattr(WireFormat, "check_keys", lambda self, data: None)
-    monkeypatch.setattr(WireFormat, "check_input", lambda self, data, position=0: None)
+    monkeypatch.setattr(WireFormat, "check_keys", lambda self, data: data)
+    monkeypatch.setattr(WireFormat, "check_input", lambda self, data, position=0: data)
 
     def idle_upload():
         release.wait(SECONDS * 4)

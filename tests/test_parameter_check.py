@@ -8,6 +8,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 from concrete import fhe
 
@@ -20,6 +21,7 @@ from petlab.client.parameter_check import (
 )
 from petlab.crypto.knn.deployment import client_specs_bytes
 from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.wire_format import SCHEMA
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +158,33 @@ def _add_packing_key(variance: float):
 
 
 INPUT_ENCRYPTION = "circuits.0.inputs.0.typeInfo.lweCiphertext.encryption"
+OUTPUT_ENCRYPTION = "circuits.0.outputs.0.typeInfo.lweCiphertext.encryption"
+
+
+def _input_under_key_bits(bits: int):
+    """The query encrypted with only the first ``bits`` coefficients of the secret key: the
+    gate's LWE dimension lowered (no compression, so the mask travels in the clear), its shapes to
+    match. Every field the old check read is unchanged (red team, issue 23)."""
+
+    def tamper(document: dict) -> None:
+        gate = document["circuits"][0]["inputs"][0]
+        ciphertext = gate["typeInfo"]["lweCiphertext"]
+        ciphertext["encryption"]["lweDimension"] = bits
+        ciphertext["compression"] = "none"
+        shape = [*ciphertext["abstractShape"]["dimensions"], bits + 1]
+        ciphertext["concreteShape"]["dimensions"] = shape
+        gate["rawInfo"]["shape"]["dimensions"] = shape
+
+    return tamper
+
+
+def _clear_input(document: dict) -> None:
+    gate = document["circuits"][0]["inputs"][0]
+    shape = gate["typeInfo"]["lweCiphertext"]["abstractShape"]
+    gate["typeInfo"] = {"plaintext": {"shape": shape, "integerPrecision": 64, "isSigned": False}}
+    gate["rawInfo"]["shape"] = shape
+
+
 # one tampering per key kind and per field the check reads, with the words of its refusal
 TAMPERINGS = {
     "secret key dimension": (_set("keyset.lweSecretKeys.1.params.lweDimension", 256), "LWE dimension 256"),
@@ -184,6 +213,16 @@ TAMPERINGS = {
         _set(f"{INPUT_ENCRYPTION}.variance", 1e-40),
         "input 0 of knn has noise variance",
     ),
+    "input encrypted under one key bit": (
+        _input_under_key_bits(1),
+        "input 0 of knn is encrypted with LWE dimension 1 under secret key 0",
+    ),
+    "output decrypted past the key": (
+        _set(f"{OUTPUT_ENCRYPTION}.lweDimension", 4096),
+        "output 0 of knn is encrypted with LWE dimension 4096",
+    ),
+    "output under an unknown key": (_set(f"{OUTPUT_ENCRYPTION}.keyId", 7), "under secret key 7"),
+    "clear input": (_clear_input, "cannot be read"),
     "added packing key-switching key": (
         _add_packing_key(1e-40),
         "packing key-switching key 0 has noise variance",
@@ -204,6 +243,27 @@ def test_every_key_kind_is_checked(specs, name):
     tamper(hostile)
     with pytest.raises(WeakParameters, match=re.escape(words)):
         check_security(encoded(hostile))
+
+
+def test_a_query_under_one_key_bit_is_readable(specs):
+    """Why the gates are checked: under specs whose input names LWE dimension 1, concrete encrypts
+    each feature with the secret key's first coefficient only, and whoever receives the query reads
+    it by trying both values of that bit (the check is bypassed here on purpose)."""
+    hostile = copy.deepcopy(specs)
+    _input_under_key_bits(1)(hostile)
+    client = fhe.Client(fhe.ClientSpecs.deserialize(encoded(hostile)))
+    client.keys.generate(secret_seed=5, encryption_seed=5)
+    query = np.array([1, 5, 9, 14])
+    with SCHEMA.Value.from_bytes(client.encrypt(query).serialize()) as value:
+        words = np.frombuffer(b"".join(bytes(blob) for blob in value.payload.data), dtype="<u8")
+    mask, body = [int(w) for w in words[0::2]], [int(w) for w in words[1::2]]
+    width = hostile["circuits"][0]["inputs"][0]["typeInfo"]["lweCiphertext"]["encoding"]["integer"]["width"]
+    shift = 64 - width - 1  # concrete's encoding: one padding bit above the message
+    readings = [
+        [((b - a * bit) % 2**64 + (1 << (shift - 1))) >> shift for a, b in zip(mask, body, strict=True)]
+        for bit in (0, 1)
+    ]
+    assert query.tolist() in readings
 
 
 def test_a_packing_key_on_the_curve_passes(specs):

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.server.common.request_arrival import RequestArrival
 from petlab.server.common.streams import StreamGuard, StreamLimits
 from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
 from petlab.server.common.undecodable import UndecodableRequests
@@ -51,7 +52,8 @@ def test_interceptors_keep_grpcs_attributes():
     details = type("Details", (), {"method": "/grpc.health.v1.Health/Watch", "invocation_metadata": ()})()
     guard = StreamGuard(StreamLimits(slots=2))
     try:
-        for interceptor in (UndecodableRequests(), guard, CallTimeLimit(60.0), ThreadShare(["x"], 1)):
+        interceptors = (UndecodableRequests(), guard, CallTimeLimit(60.0), ThreadShare(["x"], 1))
+        for interceptor in interceptors:
             wrapped = interceptor.intercept_service(lambda _: handler, details)
             assert wrapped.unary_stream.experimental_non_blocking, type(interceptor).__name__
             sent: list = []
@@ -61,6 +63,12 @@ def test_interceptors_keep_grpcs_attributes():
             for callback in context.callbacks:  # the call ends: the watcher and the guard's slot go
                 callback()
         assert guard.open_streams() == 0
+        # read by RequestArrival (outermost) from a request stream, then still non-blocking
+        streamed = RequestArrival(5.0).intercept_service(lambda _: handler, details).stream_stream
+        assert streamed.experimental_non_blocking
+        sent = []
+        assert streamed(iter([health_pb2.HealthCheckRequest()]), _Context(), sent.append) is None
+        assert len(sent) == 1
     finally:
         guard.close()
 
@@ -114,6 +122,58 @@ def test_streams_beyond_the_budget_are_refused_and_idle_or_old_ones_end(serve, t
             assert limits.lifetime_seconds - 0.5 < time.monotonic() - started < limits.lifetime_seconds + 3
             time.sleep(0.2)
             assert running.streams is not None and running.streams.open_streams() == 0
+        finally:
+            release.set()
+            for connection in connections:
+                connection.close()
+
+
+def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp_path):
+    """Red team: grpc reads a unary call's request in the thread the call runs on, with no time
+    limit, before any interceptor's behaviour. A client that opens calls and never sends their
+    message (no credentials needed) held one thread each: twice the workers of them, to health
+    ``Check``, ``Watch`` and the controller's ``Describe`` from their own connections, froze the
+    server. Now each waits on a thread of its own, is cancelled after ``request_seconds``, and the
+    controller and health checks answer meanwhile; a call that ends without a message is
+    INVALID_ARGUMENT."""
+    workers, request_seconds = 8, 4.0
+    release = threading.Event()
+
+    def withheld():
+        release.wait(20)
+        return
+        yield
+
+    def nothing():
+        return
+        yield
+
+    methods = ["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"]
+    methods.append("/petlab.controller.v1.AnalysisController/Describe")
+    options = {"workers": workers, "request_seconds": request_seconds, **CONTROLLER}
+    with serve(tmp_path / "data", None, **options) as running:
+        connections = [own_connection(running.port) for _ in range(2 * workers + 1)]
+        try:
+            held = [
+                connection.stream_stream(methods[i % len(methods)])(withheld(), timeout=20)
+                for i, connection in enumerate(connections[:-1])
+            ]
+            time.sleep(0.5)  # the calls are open, each waiting for its message
+            probe = connections[-1]
+            controller = controller_pb2_grpc.AnalysisControllerStub(probe)
+            # within a time the withheld calls hold their threads (not after they are cancelled)
+            assert controller.Describe(controller_pb2.DescribeRequest(), timeout=2).controller_id
+            check = health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(), timeout=2)
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
+            codes = set()
+            for call in held:
+                with pytest.raises(grpc.RpcError) as failure:
+                    next(call)
+                codes.add(failure.value.code())
+            assert codes == {grpc.StatusCode.CANCELLED}
+            with pytest.raises(grpc.RpcError) as failure:
+                probe.stream_unary("/grpc.health.v1.Health/Check")(nothing(), timeout=5)
+            assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         finally:
             release.set()
             for connection in connections:

@@ -184,3 +184,19 @@ def test_a_refusal_quotes_little_of_what_the_sender_chose(iris):
     with pytest.raises(ForeignBytes) as refusal:
         hosted.wire.check_input(huge)
     assert len(str(refusal.value)) < 300
+
+
+def test_pointers_the_schema_does_not_list_never_reach_concrete(iris, iris_keys, with_unlisted_pointer):
+    """Red team: concrete deep-copies every pointer of a message as it reads it, listed or not,
+    while the checks read the listed fields only. A key set whose root carried 50 extra pointers
+    aliasing its 20 MB bootstrap key passed and cost concrete 1 GB (8,000 fit the upload margin).
+    The checks now return the message re-encoded from what they checked, and only those bytes
+    reach concrete: the genuine key set exactly, and a ciphertext without the extra field."""
+    hosted, client = iris
+    padded = with_unlisted_pointer(iris_keys, [bytes(4096)] * 3)
+    assert len(padded) - len(iris_keys) < 64 * 1024  # within the upload margin
+    assert hosted.wire.check_keys(padded) == iris_keys == hosted.wire.check_keys(iris_keys)
+    query = client.encrypt(np.zeros(hosted.model.d, dtype=np.int64))
+    checked = hosted.wire.check_input(with_unlisted_pointer(query, [bytes(4096)]))
+    assert checked == hosted.wire.check_input(query) and len(checked) < len(query)
+    assert hosted.wire.check_input(checked) == checked

@@ -114,6 +114,6 @@ class KnnClient:
         """Decrypt the server's answer: the class index. The answer is checked against the
         circuit's output first (``crypto.knn.wire_format``): concrete's decryption of a ciphertext
         in another layout writes outside its buffer, in the process that holds the secret key
-        (``ValueError``, nothing decrypted)."""
-        self._wire.check_output(result)
-        return int(self._client.decrypt(parse_ciphertext(result)))
+        (``ValueError``, nothing decrypted); concrete reads only the result re-encoded by that check,
+        never pointers a hostile server added (``crypto.knn.wire_format``)."""
+        return int(self._client.decrypt(parse_ciphertext(self._wire.check_output(result))))

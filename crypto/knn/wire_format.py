@@ -24,6 +24,16 @@ it only when
   encryption key id, LWE dimension, variance, compression, encoding) and its payload is shape x 8
   bytes in concrete's cut.
 
+**Only re-encoded bytes reach concrete.** A check returns the message *re-encoded* from what it
+checked (the specs' descriptions and the payload blobs, written by pycapnp with this schema, whose
+layout is concrete's), and callers give concrete only those bytes. concrete deep-copies a message
+as it reads it (``readMessageCopy``, traversal limit 7e9 words), pointers the schema does not list
+included, while a reader of the listed fields never looks at them: a key set whose root carried 8
+extra pointers (8 bytes each) aliasing its 20 MB bootstrap key passed every check above, and each
+cost concrete 20 MB (measured: +1 GB resident for 50 pointers; the 64 KiB upload margin holds 8,000,
+enough to kill the server; found by the red team). The re-encoded key set of a genuine upload is
+byte-identical to it (Iris, measured); a ciphertext is re-encoded in one segment.
+
 Keys that pass have the circuit's parameters exactly: concrete runs them (a key set of another
 circuit with exactly the same parameters cannot be told apart, and gives its sender garbage, no
 crash). Payload *values* are never interpreted: random bytes of the right size run and decrypt to
@@ -126,8 +136,9 @@ class WireFormat:
         """The payload bytes of a whole key set: an upload is this plus a little framing."""
         return sum(sum(sizes) for sizes in self.payloads.values())
 
-    def check_keys(self, data: bytes) -> None:
-        """``ForeignBytes`` unless ``data`` is a key set for exactly this circuit (module docstring)."""
+    def check_keys(self, data: bytes) -> bytes:
+        """``ForeignBytes`` unless ``data`` is a key set for exactly this circuit; else the key set
+        re-encoded from what was checked, the only bytes to give concrete (module docstring)."""
         if not self.keys_checkable:
             raise ForeignBytes("this circuit's packing key-switching keys cannot be checked; refusing keys")
         _check_framing(data, "key set")
@@ -135,14 +146,25 @@ class WireFormat:
             with SCHEMA.ServerKeyset.from_bytes(
                 bytes(data), traversal_limit_in_words=_words(data), nesting_limit=NESTING_LIMIT
             ) as keyset:
-                found = {
+                found = {  # each blob read once: every read counts against the traversal limit
                     kind: [(key.info.to_dict(), _blobs(key.payload)) for key in getattr(keyset, kind)]
                     for kind in KINDS
                 }
-        except ForeignBytes:
-            raise
         except Exception as exc:  # capnp's KjException: not a message of this shape, or too deep
             raise ForeignBytes(f"the bytes are not an evaluation key set: {_first_line(exc)}") from exc
+        self._check_descriptions(found)
+        checked = {
+            kind: [
+                {"info": info, "payload": {"data": blobs}}
+                for info, (_, blobs) in zip(self.keys[kind], found[kind], strict=True)
+            ]
+            for kind in KINDS
+        }
+        return bytes(SCHEMA.ServerKeyset.new_message(**checked).to_bytes())
+
+    def _check_descriptions(self, found: dict[str, list[tuple[dict[str, Any], list[bytes]]]]) -> None:
+        """Each kind's keys: as many as the specs list, each with the specs' description and its
+        payload in the size and cut its parameters give."""
         for kind in KINDS:
             name, wanted = KIND_NAMES[kind], self.keys[kind]
             if len(found[kind]) != len(wanted):
@@ -157,28 +179,31 @@ class WireFormat:
                     raise ForeignBytes(
                         f"{name} {number} was made for another circuit: {_difference(info, expected)}"
                     )
-                if blobs != blob_cut(size):
+                sizes = [len(blob) for blob in blobs]
+                if sizes != blob_cut(size):
                     raise ForeignBytes(
-                        f"{name} {number} has {sum(blobs)} payload bytes in {len(blobs)} blob(s); its "
+                        f"{name} {number} has {sum(sizes)} payload bytes in {len(sizes)} blob(s); its "
                         f"parameters give {size} bytes in {len(blob_cut(size))}"
                     )
 
-    def check_input(self, data: bytes, position: int = 0) -> None:
-        """``ForeignBytes`` unless ``data`` is a ciphertext for input ``position`` of this circuit."""
-        _check_value(self.inputs[position], data, "encrypted query")
+    def check_input(self, data: bytes, position: int = 0) -> bytes:
+        """``ForeignBytes`` unless ``data`` is a ciphertext for input ``position`` of this circuit;
+        else the ciphertext re-encoded, the only bytes to give concrete (module docstring)."""
+        return _check_value(self.inputs[position], data, "encrypted query")
 
-    def check_output(self, data: bytes, position: int = 0) -> None:
-        """``ForeignBytes`` unless ``data`` is a ciphertext of output ``position`` of this circuit."""
-        _check_value(self.outputs[position], data, "encrypted result")
+    def check_output(self, data: bytes, position: int = 0) -> bytes:
+        """``ForeignBytes`` unless ``data`` is a ciphertext of output ``position`` of this circuit;
+        else the ciphertext re-encoded, the only bytes to give concrete (module docstring)."""
+        return _check_value(self.outputs[position], data, "encrypted result")
 
 
-def _check_value(gate: dict[str, Any], data: bytes, what: str) -> None:
+def _check_value(gate: dict[str, Any], data: bytes, what: str) -> bytes:
     _check_framing(data, what)
     try:
         with SCHEMA.Value.from_bytes(
             bytes(data), traversal_limit_in_words=_words(data), nesting_limit=NESTING_LIMIT
         ) as value:
-            raw, typed, blobs = value.rawInfo.to_dict(), value.typeInfo.to_dict(), _blobs(value.payload)
+            raw, typed, payload = value.rawInfo.to_dict(), value.typeInfo.to_dict(), _blobs(value.payload)
     except Exception as exc:
         raise ForeignBytes(f"the {what} is not a ciphertext: {_first_line(exc)}") from exc
     if raw != gate["rawInfo"]:
@@ -186,11 +211,14 @@ def _check_value(gate: dict[str, Any], data: bytes, what: str) -> None:
     if typed != gate["typeInfo"]:
         raise ForeignBytes(f"the {what} does not fit this model: {_difference(typed, gate['typeInfo'])}")
     size = math.prod(raw["shape"]["dimensions"]) * raw["integerPrecision"] // 8
+    blobs = [len(blob) for blob in payload]
     if blobs != blob_cut(size):
         raise ForeignBytes(
             f"the {what} has {sum(blobs)} payload bytes in {len(blobs)} blob(s); its shape gives {size} "
             f"bytes in {len(blob_cut(size))}"
         )
+    checked = {"payload": {"data": payload}, "rawInfo": gate["rawInfo"], "typeInfo": gate["typeInfo"]}
+    return bytes(SCHEMA.Value.new_message(**checked).to_bytes())
 
 
 def _check_framing(data: bytes, what: str) -> None:
@@ -207,8 +235,8 @@ def _check_framing(data: bytes, what: str) -> None:
         raise ForeignBytes(f"the {what} is {size} bytes but its message framing accounts for {framed}")
 
 
-def _blobs(payload: Any) -> list[int]:
-    return [len(blob) for blob in payload.data]
+def _blobs(payload: Any) -> list[bytes]:
+    return [bytes(blob) for blob in payload.data]
 
 
 def _words(data: bytes) -> int:

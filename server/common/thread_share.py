@@ -75,12 +75,18 @@ class ThreadShare(grpc.ServerInterceptor):
 
 class CallTimeLimit(grpc.ServerInterceptor):
     """Cancel any unary-response call still running after ``seconds`` (one watcher thread for all
-    calls, not a timer thread per call)."""
+    calls, not a timer thread per call). :meth:`start` and :meth:`finish` time any other wait the
+    same way (``server.common.request_arrival``); ``overrun`` says what the log reports."""
 
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        overrun: str = "ran past the server's {seconds:g} s limit",
+    ):
         if seconds <= 0:
             raise ValueError("the per-call time limit must be positive")
-        self._seconds, self._clock = seconds, clock
+        self._seconds, self._clock, self._overrun = seconds, clock, overrun
         self._running: dict[int, tuple[float, str, grpc.ServicerContext]] = {}
         self._ids = itertools.count()
         self._wake = threading.Condition()
@@ -90,17 +96,25 @@ class CallTimeLimit(grpc.ServerInterceptor):
         method = handler_call_details.method
         return _rewrap(continuation(handler_call_details), lambda behavior: self._limited(behavior, method))
 
+    def start(self, method: str, context: grpc.ServicerContext) -> int:
+        """The call's clock starts: it is cancelled ``seconds`` from now unless :meth:`finish`."""
+        call = next(self._ids)
+        with self._wake:
+            self._running[call] = (self._clock() + self._seconds, method, context)
+            self._wake.notify()
+        return call
+
+    def finish(self, call: int) -> None:
+        with self._wake:
+            self._running.pop(call, None)
+
     def _limited(self, behavior: Behavior, method: str) -> Behavior:
         def limited(request, context):
-            call = next(self._ids)
-            with self._wake:
-                self._running[call] = (self._clock() + self._seconds, method, context)
-                self._wake.notify()
+            call = self.start(method, context)
             try:
                 return behavior(request, context)
             finally:
-                with self._wake:
-                    self._running.pop(call, None)
+                self.finish(call)
 
         return limited
 
@@ -115,5 +129,5 @@ class CallTimeLimit(grpc.ServerInterceptor):
                     self._wake.wait(timeout=min(ends) - now if ends else None)
                     continue
             for _, method, context in expired:
-                log.warning("%s ran past the server's %g s limit: cancelled", method, self._seconds)
+                log.warning("%s %s: cancelled", method, self._overrun.format(seconds=self._seconds))
                 context.cancel()

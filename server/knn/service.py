@@ -151,7 +151,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             path = self._keys.locate(key.key_id, key.model)
             try:
                 self._check_stored(key.key_id, hosted, path)
-                hosted.wire.check_input(ciphertext)
+                ciphertext = hosted.wire.check_input(ciphertext)
             except (ForeignBytes, OSError) as exc:
                 log.warning("stored key %s not prepared (forgotten): %s", key.key_id, exc)
                 self._forget(key.key_id)
@@ -204,9 +204,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         hosted = self._model(first.model, context)
         if len(first.warmup_query) > MAX_QUERY_BYTES:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
+        warmup = b""
         if first.warmup_query:  # checked before any byte is stored
             try:
-                hosted.wire.check_input(first.warmup_query)
+                warmup = hosted.wire.check_input(first.warmup_query)
             except ForeignBytes as exc:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
 
@@ -237,8 +238,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._checked_lock:
             self._checked_keys.add(stored.key_id)
-        if first.warmup_query:
-            self._warm_up(stored.key_id, hosted, first.warmup_query, context, owner)
+        if warmup:
+            self._warm_up(stored.key_id, hosted, warmup, context, owner)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
 
     @logged_unary
@@ -271,8 +272,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     ) -> list[bytes]:
         """Validate here, evaluate wherever the evaluator runs, within the call's deadline."""
         path = self._key_path(key_id, hosted, context, owner)
-        for ciphertext in ciphertexts:
-            self._check_ciphertext(hosted, ciphertext, context)
+        ciphertexts = [self._check_ciphertext(hosted, ciphertext, context) for ciphertext in ciphertexts]
         try:
             answers = self._evaluator.classify(
                 Evaluation(
@@ -314,28 +314,34 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
 
     def _check_stored(self, key_id: str, hosted: HostedModel, path: Path) -> None:
         """Check a stored key set's file against the model the first time this process uses it
-        (``ForeignBytes`` or ``OSError``)."""
+        (``ForeignBytes`` or ``OSError``): it must be the model's key set exactly as this server
+        writes it (re-encoded by the check, ``crypto.knn.wire_format``)."""
         with self._checked_lock:
             if key_id in self._checked_keys:
                 return
-        hosted.wire.check_keys(path.read_bytes())
+        data = path.read_bytes()
+        if hosted.wire.check_keys(data) != data:
+            raise ForeignBytes("the stored file is not a key set as this server writes it")
         with self._checked_lock:
             self._checked_keys.add(key_id)
 
     def _model(self, name: str, context) -> HostedModel:
         return model_named(self._models, name, context)
 
-    def _check_ciphertext(self, hosted: HostedModel, data: bytes, context) -> None:
+    def _check_ciphertext(self, hosted: HostedModel, data: bytes, context) -> bytes:
+        """The query re-encoded from what was checked (the only bytes concrete sees), or the call
+        ends with INVALID_ARGUMENT."""
         if len(data) > MAX_QUERY_BYTES:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}",
             )
         try:
-            hosted.wire.check_input(data)  # before concrete sees it: a foreign layout kills concrete
-            parse_ciphertext(data)
+            checked = hosted.wire.check_input(data)  # before concrete: a foreign layout kills it
+            parse_ciphertext(checked)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
+        return checked
 
     def _key_path(self, key_id: str, hosted: HostedModel, context, owner: str) -> Path:
         """The registered key set's file, checked against the model (the call ends otherwise)."""
@@ -376,8 +382,11 @@ def key_tag(hosted: HostedModel) -> str:
 
 def _check_key_file(hosted: HostedModel, path: Path) -> None:
     """The key store's check, before it evicts anything for an upload: the bytes must be a key set
-    of exactly this model's circuit (``crypto.knn.wire_format``), and then parse as concrete
-    evaluation keys (``ValueError`` otherwise). Nothing here runs the keys."""
+    of exactly this model's circuit (``crypto.knn.wire_format``), and its re-encoding (what is
+    stored, the only bytes concrete ever reads) must parse as concrete evaluation keys
+    (``ValueError`` otherwise). Nothing here runs the keys."""
     data = path.read_bytes()
-    hosted.wire.check_keys(data)
-    parse_evaluation_keys(data)
+    checked = hosted.wire.check_keys(data)
+    parse_evaluation_keys(checked)
+    if checked != data:  # pointers the schema does not list, another segment layout: dropped
+        path.write_bytes(checked)
