@@ -23,7 +23,7 @@ from petlab.crypto.knn.thermo.network import (
     partition_program,
     whole_program,
 )
-from petlab.crypto.knn.thermo.plan import DistanceSpec, build_thermo_plan, default_spec
+from petlab.crypto.knn.thermo.plan import DistanceChoice, DistanceSpec, build_thermo_plan, default_spec
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled
 
 CONFIG = default_config("thermo")
@@ -107,8 +107,10 @@ def test_distance_spec_is_public_and_checked():
         assert spec.reduce(np.arange(spec.raw_max + 1)).max() <= spec.distance_max < spec.filler
         if spec.reduced:
             assert spec.raw_bits - spec.shift <= 7
-    with pytest.raises(ValueError, match="reduction lookup"):
-        DistanceSpec(d=64, bits=4, scale=1, cap=225, distance_bits=4, shift=0)
+    assert DistanceChoice.parse("16,6,6") == DistanceChoice(16, 6, 6)
+    for bad in ("16", "16,6,8", "a,b", "0,3"):
+        with pytest.raises(ValueError):
+            DistanceChoice.parse(bad)
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="distance spec"):
         build_thermo_plan(rng.integers(0, 16, (10, 4)), np.arange(10) % 2, 2, 3, 4, default_spec(5, 4))

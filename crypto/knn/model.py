@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.families import DEFAULT_ALGORITHM, family, family_of
 from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.crypto.knn.training_points import Selection, select_training_points
 
 # Bump when the circuit's construction changes, so cached compilations are not reused.
@@ -39,9 +40,12 @@ class KnnSettings:
     bits: int = 4
     seed: int = 0
     algorithm: str = DEFAULT_ALGORITHM
+    distance: DistanceChoice | None = None  # thermo only: the owner's distance (None: its default)
 
     def __post_init__(self) -> None:
         family(self.algorithm)  # ValueError for an unknown family
+        if self.distance is not None and self.algorithm != "thermo":
+            raise ValueError("a distance choice applies to the thermo family only")
         if self.n < 2:
             raise ValueError(f"n must be at least 2, got {self.n}")
         if not 1 <= self.k <= self.n:
@@ -87,6 +91,7 @@ class KnnModel:
             "bits": self.plan.bits,
             "n_classes": self.plan.n_classes,
             "algorithm": self.algorithm,
+            "distance": repr(getattr(self.plan, "spec", None)),  # the thermo family's public distance
             "config": config.to_dict(),
             "concrete": version("concrete-python"),
             "format": CIRCUIT_FORMAT_VERSION,
@@ -129,6 +134,7 @@ def build_model(
                 f"public bounds cover {quantizer.n_features} features, the data has {features.shape[1]}"
             )
     levels = quantizer.transform(features)
+    options = {} if settings.distance is None else {"distance": settings.distance}
     selection = select_training_points(
         levels,
         labels,
@@ -136,7 +142,7 @@ def build_model(
         settings.k,
         n_classes,
         seed=settings.seed,
-        classifier=family(settings.algorithm).selection_rule(settings.bits),
+        classifier=family(settings.algorithm).selection_rule(settings.bits, **options),
     )
     plan = family(settings.algorithm).build_plan(
         levels[selection.indices],
@@ -144,6 +150,7 @@ def build_model(
         n_classes,
         settings.k,
         settings.bits,
+        **options,
     )
     names = tuple(class_names) if class_names is not None else tuple(str(c) for c in range(n_classes))
     feature_names = (

@@ -3,8 +3,6 @@ combinations of encrypted bits (no lookup); per-class selection networks keep ea
 smallest distances, D_k comes from those lists, each class counts at most k votes
 (``encoding``, ``plan``, ``network``, ``circuit``, ``reference``)."""
 
-from functools import partial
-
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.family import KnnFamily
 from petlab.crypto.knn.thermo import reference
@@ -19,7 +17,7 @@ FAMILY = KnnFamily(
     build_plan=build_thermo_plan,
     compile=compile_thermo_circuit,
     classify_clear=reference.classify,
-    selection_rule=lambda bits: partial(reference.classify_by_sorting, bits=bits),
+    selection_rule=reference.selection_rule,
     config=CircuitConfig(global_p_error=1e-4, parameter_selection_strategy="multi"),
     encode=thermometer,
 )

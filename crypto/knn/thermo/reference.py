@@ -15,7 +15,7 @@ import numpy as np
 
 from petlab.crypto.knn.ranges import check_queries
 from petlab.crypto.knn.thermo.encoding import thermometer
-from petlab.crypto.knn.thermo.plan import DistanceSpec, ThermoPlan, default_spec
+from petlab.crypto.knn.thermo.plan import DistanceChoice, DistanceSpec, ThermoPlan, default_spec, spec_for
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,16 @@ def coarse_distances(train: np.ndarray, queries: np.ndarray, spec: DistanceSpec)
     for f in range(train.shape[1]):
         raw += table[q[:, f][:, None], train[:, f][None, :]]
     return spec.reduce(raw)
+
+
+def selection_rule(bits: int, distance: DistanceChoice | None = None):
+    """The rule training-point selection scores subsets with (the family's ``selection_rule``)."""
+
+    def rule(train, labels, k, n_classes, queries):
+        spec = spec_for(np.shape(train)[1], bits, distance)
+        return classify_by_sorting(train, labels, k, n_classes, queries, bits, spec)
+
+    return rule
 
 
 def classify_by_sorting(
