@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
 from petlab.crypto.knn.families import ALGORITHMS, default_config, encode_query, family
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.quantization import MinMaxQuantizer
@@ -296,13 +295,20 @@ def test_family_is_registered_with_its_encoding():
     assert family("thermo").encode(np.array([1, 0]), 2).tolist() == [1, 0, 0, 0, 0, 0]
 
 
-def test_iris_real_encryption_equals_reference(iris_thermo):
-    model, circuit, levels = iris_thermo
-    client = KnnClient(circuit.server.client_specs.serialize())
-    client.generate_keys(secret_seed=1, encryption_seed=2)
-    keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-    expected = reference.classify(model.plan, levels[:3])
-    for query, want in zip(levels[:3], expected, strict=True):
-        code = encode_query("thermo", query, model.plan.bits)
-        result = run_encrypted(circuit.server, keys, parse_ciphertext(client.encrypt(code)))
-        assert client.decrypt_class(result) == want
+def test_iris_real_encryption_over_grpc_equals_reference(hosted_model, serve, tmp_path, iris_split):
+    """The user's path: the client encodes its query as the model's family says (thermometer),
+    encrypts, the server evaluates; the answers equal the clear reference (n = 40)."""
+    from petlab.client.knn_client import KnnRemote, make_channel
+
+    hosted = hosted_model("iris", KnnSettings(n=40, algorithm="thermo"))
+    rows = iris_split[1].features[:2]
+    model = hosted.model
+    expected = reference.classify(model.plan, model.quantizer.transform(rows)).tolist()
+    with (
+        serve(tmp_path / "server", {"iris": hosted}) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        remote = KnnRemote(channel, "test", tmp_path / "client", timeout=300, show_progress=False)
+        prepared = remote.prepare("iris")
+        assert prepared.info.algorithm == "thermo"
+        assert [remote.classify(prepared, row) for row in rows] == expected

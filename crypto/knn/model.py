@@ -35,7 +35,7 @@ class KnnSettings:
     """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
     the circuit family (``"fast"``, the default, or the paper's ``"paper"``; ``crypto.knn.families``)."""
 
-    n: int = 40
+    n: int | None = 40  # None: the whole training set
     k: int = 3
     bits: int = 4
     seed: int = 0
@@ -46,9 +46,9 @@ class KnnSettings:
         family(self.algorithm)  # ValueError for an unknown family
         if self.distance is not None and self.algorithm != "thermo":
             raise ValueError("a distance choice applies to the thermo family only")
-        if self.n < 2:
+        if self.n is not None and self.n < 2:
             raise ValueError(f"n must be at least 2, got {self.n}")
-        if not 1 <= self.k <= self.n:
+        if not 1 <= self.k <= (self.n if self.n is not None else self.k):
             raise ValueError(f"k must be between 1 and n = {self.n}, got {self.k}")
 
 
@@ -138,7 +138,7 @@ def build_model(
     selection = select_training_points(
         levels,
         labels,
-        settings.n,
+        len(levels) if settings.n is None else settings.n,
         settings.k,
         n_classes,
         seed=settings.seed,
