@@ -12,7 +12,7 @@ import pytest
 from petlab.crypto.knn.families import ALGORITHMS, default_config, encode_query, family
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.quantization import MinMaxQuantizer
-from petlab.crypto.knn.thermo import reference
+from petlab.crypto.knn.thermo import cost, reference
 from petlab.crypto.knn.thermo.circuit import compile_thermo_circuit, packed_winner_table
 from petlab.crypto.knn.thermo.encoding import is_thermometer, levels_of, thermometer
 from petlab.crypto.knn.thermo.network import (
@@ -136,11 +136,16 @@ def test_class_lists_and_kth_equal_a_sort(k):
 
 
 def test_network_is_linear_in_n():
-    """About 2.5 comparators per point for k = 3 (the fast family's groups of k: about 2.7)."""
+    """About 2.5 comparators per point for k = 3 (the fast family's groups of k: about 2.7), and
+    the cost model's extrapolation stays linear up to 10^5 points."""
     rng = np.random.default_rng(0)
     for n in (40, 160, 640, 1437):
         program = whole_program(rng.integers(0, 3, size=n), 3, 3)
         assert program.comparators <= 2.5 * n + 20
+    spec = default_spec(64, 4)
+    big = cost.extrapolate([178, 182, 177, 183, 181, 182, 181, 179, 174, 180], 100_000, 3, spec)
+    assert 2.4 * 100_000 <= big.comparators <= 2.5 * 100_000 + 100
+    assert big.reduction == 100_000 and big.truncation == 100_000 * spec.shift
 
 
 def test_split_programs_equal_the_whole_program():
@@ -229,6 +234,8 @@ def test_iris_circuit_lookup_count(iris_thermo):
     plan = model.plan
     expected = plan.program.comparators + len(plan.program.real_list_slots) + 3 + 1
     assert not plan.spec.reduced and circuit.programmable_bootstrap_count == expected < 120
+    sizes = np.bincount(plan.labels, minlength=plan.n_classes)
+    assert cost.count(sizes, plan.k, plan.spec).total == expected  # the cost model, no compilation
 
 
 @pytest.mark.parametrize("name, n", [("wine", 30), ("breast_cancer", 24), ("digits", 20)])
@@ -236,6 +243,8 @@ def test_other_data_sets_in_simulation(name, n, simulate_all):
     """Reduction (truncation + saturating lookup), C = 2 and C = 10 votes."""
     plan, levels = plan_for(name, n)
     circuit = compile_thermo_circuit(plan, CONFIG, simulation=True)
+    sizes = np.bincount(plan.labels, minlength=plan.n_classes)
+    assert plan.spec.reduced and circuit.programmable_bootstrap_count == cost.count(sizes, 3, plan.spec).total
     levels = levels[:25]
     expected = reference.classify(plan, levels)
     assert np.array_equal(simulate_all(circuit, thermometer(levels, plan.bits), expected), expected)
