@@ -175,7 +175,7 @@ def predicted_pbs(plan) -> int | str:
     """The thermo family's cost model (``crypto.knn.thermo.cost``); empty for other families."""
     if family_of(plan).name != "thermo":
         return ""
-    return cost.count(np.bincount(plan.labels, minlength=plan.n_classes), plan.k, plan.spec).total
+    return cost.count(np.bincount(plan.labels, minlength=plan.n_classes).tolist(), plan.k, plan.spec).total
 
 
 def cost_model_table(rows: list[dict]) -> str:

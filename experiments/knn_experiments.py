@@ -9,8 +9,9 @@ user runs (``petlab.client.knn_client.KnnRemote``, ``petlab.client.paillier_clie
 gRPC carried. ``server_s`` is the RPCs' wall time on loopback (the server's computation
 plus (de)serialization); ``client_s`` is the rest of a query's latency (quantization, encryption,
 decryption). Clear k-NN (textbook k-NN on the first family's quantized points; Paillier computes
-the same) runs in process; it is the baseline of every latency ratio. ``agrees_with_clear`` compares each encrypted
-protocol with the clear reference of its own integer algorithm (Paillier: textbook k-NN).
+the same) runs in process; it is the baseline of every latency ratio. ``agrees_with_clear``
+compares each encrypted protocol with the clear reference of its own integer algorithm (Paillier:
+textbook k-NN).
 
 Sweeps measure the compiled default (thermo) circuit in process (``experiments.knn_bench.bench_one``).
 """
