@@ -22,8 +22,14 @@ from petlab.crypto.knn.thermo.network import (
     partition_program,
     whole_program,
 )
-from petlab.crypto.knn.thermo.plan import DistanceChoice, DistanceSpec, build_thermo_plan, default_spec
-from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled
+from petlab.crypto.knn.thermo.plan import (
+    DistanceChoice,
+    DistanceSpec,
+    build_thermo_plan,
+    default_spec,
+    spec_for,
+)
+from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 
 CONFIG = default_config("thermo")
 
@@ -279,6 +285,24 @@ def test_malformed_code_range_is_the_documented_bound():
     assert np.array_equal(raw.max(axis=0), table[0] + table[7])
     valid = is_thermometer(codes, 1, 3)
     assert np.array_equal(raw[valid], table[levels_of(codes[valid], 1, 3)[:, 0]])
+
+
+@pytest.mark.parametrize("name", list(BUNDLED))
+def test_no_code_cancels_a_feature_but_malformed_codes_shape_it_more_freely(name):
+    """The documented bound (README, Malformed encodings), by enumeration of every 0/1 code of one
+    feature under the owner's table: no code, valid or not, gives a cost that is the same for
+    every training level (so no code isolates the other features), while malformed codes reach
+    2^(L-1) distinct per-feature cost profiles instead of the L of valid ones."""
+    settings = owner_settings(name)
+    spec = spec_for(1, settings.bits, settings.distance)
+    table = spec.table()
+    top = spec.levels - 1
+    codes = np.array(list(np.ndindex(*(2,) * top)))
+    costs = table[0][None, :] + codes @ (table[1:] - table[:-1])
+    assert not (costs.max(axis=1) == costs.min(axis=1)).any()
+    valid = is_thermometer(codes, 1, settings.bits)
+    assert len({tuple(row) for row in costs[valid]}) == top + 1
+    assert len({tuple(row) for row in costs}) == 2**top
 
 
 def test_malformed_codes_compute_the_reference_on_pseudo_distances(iris_thermo, simulate_all):
