@@ -6,10 +6,18 @@ and both run the same :class:`crypto.knn.thermo.network.MergeProgram`. Circuit-s
 - Distances: ``code @ weights + offsets``, a clear matrix product (no PBS).
 - Reduction (when the plan's spec needs it): exact ``fhe.truncate_bit_pattern`` of the ``shift`` low
   bits, then one saturating lookup that concrete evaluates at ``raw_bits - shift`` bits.
-- Compare-exchange: ``m = min(a - b, 0)`` (one lookup per comparator, a whole layer at once),
-  ``low = b + m``, ``high = a - m``. Operands are gathered with clear index arrays (no PBS).
-- ``fhe.hint`` pins distances to ``distance_bits`` and differences to ``compare_bits``: the widths
-  are those of every well-formed code, whatever the input set reached.
+- Compare-exchange: ``r = max(b - a, 0)`` read from ``u = a + F - b`` (F = the filler, so u is in
+  [0, 2F]: unsigned), ``low = b - r``, ``high = a + r`` (one lookup per comparator, a whole layer
+  at once). Operands are gathered with clear index arrays (no PBS).
+- Every lookup reads an offset, unsigned value, and concrete's table trimming to the input set's
+  observed range is off (``optimize_tlu_based_on_original_bit_width=False``). Why: concrete types a
+  value signed or unsigned from the bounds the input set reached, and trims a table to those
+  bounds; a signed difference that the input set never saw negative (a comparator deep in the
+  network, e.g. the last one) was typed unsigned, its table ``min(t, 0)`` became constant and the
+  lookup was replaced by 0 (seen on breast_cancer, n = 10: 57 PBS instead of 58), so a query that
+  makes it negative would be answered wrongly. With offsets and full tables, every lookup is
+  right for every value of its hinted width, whatever the input set reached.
+- ``fhe.hint`` pins distances to ``distance_bits`` and lookup inputs to ``compare_bits``.
 - Fillers of classes with fewer than k points are clear at build time: their comparators and
   indicators are decided then and cost nothing.
 """
@@ -23,7 +31,6 @@ from concrete import fhe
 
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.fast.plan import class_pairs, pair_matrices
-from petlab.crypto.knn.ranges import signed_bit_width
 from petlab.crypto.knn.thermo.encoding import thermometer
 from petlab.crypto.knn.thermo.plan import ThermoPlan
 
@@ -55,8 +62,10 @@ def circuit_function(plan: ThermoPlan) -> Callable:
     spec, program = plan.spec, plan.program
     weights, offsets = plan.weights, plan.offsets
     dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
-    negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
-    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
+    fill = spec.filler
+    shortfall = fhe.univariate(lambda u: np.maximum(fill - u, 0))  # u = a + F - b: max(b - a, 0)
+    within = fhe.univariate(lambda u: (u <= fill).astype(np.int64))  # u = a + F - D_k: [a <= D_k]
+    below = fhe.univariate(lambda u: (u < plan.k + 1).astype(np.int64))  # u = gap + k + 1: [gap < 0]
     reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
     real = program.real_list_slots
     slots = np.asarray([s for _, s in real], dtype=np.int64)
@@ -69,11 +78,11 @@ def circuit_function(plan: ThermoPlan) -> Callable:
     )
     pack = 1 << np.arange(n_pairs)
     is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
-    wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
+    wins_bits = max(1, (n_classes - 1).bit_length())  # wins_c in [0, C - 1]: classes c beats
 
     def exchange(a, b):
-        m = negative_part(fhe.hint(a - b, bit_width=cmp_bits))
-        return fhe.hint(b + m, bit_width=dist_bits), fhe.hint(a - m, bit_width=dist_bits)
+        r = shortfall(fhe.hint(a + fill - b, bit_width=cmp_bits))
+        return fhe.hint(b - r, bit_width=dist_bits), fhe.hint(a + r, bit_width=dist_bits)
 
     def knn(code):
         raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
@@ -86,9 +95,9 @@ def circuit_function(plan: ThermoPlan) -> Callable:
         store = program.run(
             fhe.hint(distances, bit_width=dist_bits), exchange, lambda parts: np.concatenate(tuple(parts))
         )
-        inside = at_most_zero(fhe.hint(store[slots] - store[program.kth], bit_width=cmp_bits))
+        inside = within(fhe.hint(store[slots] + fill - store[program.kth], bit_width=cmp_bits))
         votes = inside @ onehot
-        beats = fhe.hint(votes @ diff - 1, bit_width=plan.vote_gap_bits) < 0
+        beats = below(fhe.hint(votes @ diff + plan.k, bit_width=plan.vote_gap_bits))
         if n_classes == 2:
             return 1 - beats[0]
         if packed is not None:
@@ -112,4 +121,7 @@ def compile_inputset(plan: ThermoPlan, seed: int = 0, random_queries: int = 64) 
 def compile_thermo_circuit(plan: ThermoPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
     """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
     compiler = fhe.Compiler(circuit_function(plan), {"code": "encrypted"})
-    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
+    configuration = config.concrete_configuration(simulation).fork(
+        optimize_tlu_based_on_original_bit_width=False
+    )
+    return compiler.compile(compile_inputset(plan), configuration)

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from petlab.crypto.knn.paper.plan import build_plan as validate_training_set
-from petlab.crypto.knn.ranges import signed_bit_width
 from petlab.crypto.knn.thermo.encoding import code_length
 from petlab.crypto.knn.thermo.network import MergeProgram, whole_program
 
@@ -126,8 +125,9 @@ class DistanceSpec:
 
     @property
     def compare_bits(self) -> int:
-        """Signed width of a difference of two distances (fillers included): every comparator's input."""
-        return signed_bit_width(-self.filler, self.filler)
+        """Width of ``a + filler - b`` in [0, 2 filler] for two distances (fillers included):
+        every comparator's and indicator's lookup input (the circuit keeps lookup inputs unsigned)."""
+        return (2 * self.filler).bit_length()
 
     def table(self) -> np.ndarray:
         """``g[q, v]`` for every pair of levels."""
@@ -204,8 +204,8 @@ class ThermoPlan:
 
     @property
     def vote_gap_bits(self) -> int:
-        """Signed width of ``votes_c' - votes_c - 1`` (votes are 0..k)."""
-        return signed_bit_width(-self.k - 1, self.k - 1)
+        """Width of ``votes_c' - votes_c + k``, in [0, 2k] (votes are 0..k): the offset sign test."""
+        return max(1, (2 * self.k).bit_length())
 
 
 def distance_weights(train: np.ndarray, spec: DistanceSpec) -> tuple[np.ndarray, np.ndarray]:

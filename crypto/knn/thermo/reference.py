@@ -30,9 +30,9 @@ class ThermoTrace:
 
 
 def exchange(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The circuit's compare-exchange: one ``min(a - b, 0)``, then min and max linearly."""
-    negative = np.minimum(a - b, 0)
-    return b + negative, a - negative
+    """The circuit's compare-exchange: one ``r = max(b - a, 0)``, then min and max linearly."""
+    shortfall = np.maximum(b - a, 0)
+    return b - shortfall, a + shortfall
 
 
 def lists_and_kth(plan: ThermoPlan, distances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
