@@ -52,16 +52,20 @@ class DistanceChoice:
     scale: int
     cap: int
     lookup_bits: int = 5
+    distance_bits: int = 4  # 3: 4-bit comparisons (cheaper), distances 0..6
 
     def __post_init__(self) -> None:
         if self.scale < 1 or self.cap < 1:
             raise ValueError("the distance's scale and cap must be positive")
         if not 3 <= self.lookup_bits <= 7:
             raise ValueError(f"lookup_bits must be between 3 and 7, got {self.lookup_bits}")
+        if not 2 <= self.distance_bits <= 5:
+            raise ValueError(f"distance_bits must be between 2 and 5, got {self.distance_bits}")
 
     @classmethod
     def parse(cls, text: str) -> DistanceChoice:
-        """``"SCALE,CAP"`` or ``"SCALE,CAP,LOOKUP_BITS"`` (a command-line flag's value)."""
+        """``"SCALE,CAP"``, ``"SCALE,CAP,LOOKUP_BITS"`` or ``"SCALE,CAP,LOOKUP_BITS,DISTANCE_BITS"``
+        (a command-line flag's value)."""
         try:
             values = [int(part) for part in text.split(",")]
             return cls(*values)
@@ -84,9 +88,9 @@ class DistanceSpec:
     distance_bits: int = 4  # w: distances 0..2^w - 2, the filler 2^w - 1
 
     def __post_init__(self) -> None:
-        DistanceChoice(self.scale, self.cap, self.lookup_bits)  # the same checks
-        if not 2 <= self.distance_bits <= 5 or self.d < 1:
-            raise ValueError("distance_bits must be between 2 and 5 and d at least 1")
+        DistanceChoice(self.scale, self.cap, self.lookup_bits, self.distance_bits)  # the same checks
+        if self.d < 1:
+            raise ValueError("d must be at least 1")
 
     @property
     def levels(self) -> int:
@@ -162,7 +166,14 @@ def default_choice(d: int, bits: int) -> DistanceChoice:
 
 def spec_for(d: int, bits: int, choice: DistanceChoice | None = None) -> DistanceSpec:
     choice = choice or default_choice(d, bits)
-    return DistanceSpec(d=d, bits=bits, scale=choice.scale, cap=choice.cap, lookup_bits=choice.lookup_bits)
+    return DistanceSpec(
+        d=d,
+        bits=bits,
+        scale=choice.scale,
+        cap=choice.cap,
+        lookup_bits=choice.lookup_bits,
+        distance_bits=choice.distance_bits,
+    )
 
 
 def default_spec(d: int, bits: int) -> DistanceSpec:
