@@ -1,18 +1,19 @@
-"""Encrypted k-NN over real gRPC on loopback: the fast exact algorithm, the paper's HE-kNN-V, the
-interactive Paillier baseline and clear k-NN, per data set (Ameur et al., PSD 2022, Tables 4-5),
-plus the sweeps against n, d and k (Figures 7-9) for the fast circuit.
+"""Encrypted k-NN over real gRPC on loopback: the circuit families (thermo, fast, the paper's
+HE-kNN-V), the interactive Paillier baseline and clear k-NN, per data set (Ameur et al., PSD 2022,
+Tables 4-5), plus the sweeps against n, d and k (Figures 7-9) for the default family.
 
 The harness starts the data owner's server in process on a free loopback port, hosting one model
-per algorithm (``<data set>-fast``, ``<data set>-paper``), and talks to it through the clients a
+per family (``<data set>-<family>``), and talks to it through the clients a
 user runs (``petlab.client.knn_client.KnnRemote``, ``petlab.client.paillier_client``) over
 ``petlab.experiments.wire.ByteCountingChannel``, so the bytes reported are the serialized payloads
 gRPC carried. ``server_s`` is the RPCs' wall time on loopback (the server's computation
 plus (de)serialization); ``client_s`` is the rest of a query's latency (quantization, encryption,
-decryption). Clear k-NN (the paper's integer rule, textbook k-NN on the quantized features) runs in
-process; it is the baseline of every latency ratio. ``agrees_with_clear`` compares each encrypted
-protocol with the clear reference of its own integer algorithm (Paillier: textbook k-NN).
+decryption). Clear k-NN (textbook k-NN on the first family's quantized points; Paillier computes
+the same) runs in process; it is the baseline of every latency ratio. ``agrees_with_clear``
+compares each encrypted protocol with the clear reference of its own integer algorithm (Paillier:
+textbook k-NN).
 
-Sweeps measure the compiled fast circuit in process (``experiments.knn_bench.bench_one``).
+Sweeps measure the compiled default (thermo) circuit in process (``experiments.knn_bench.bench_one``).
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ import numpy as np
 
 from petlab.client.knn_client import CallStats, KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
-from petlab.crypto.knn.families import ALGORITHMS, classify_clear, default_config
+from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear, default_config
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
+from petlab.crypto.knn.paper.reference import classify_by_sorting as textbook_knn
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.experiments.wire import ByteCountingChannel
 from petlab.server.app import ServerOptions, start
-from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.datasets import load_bundled, owner_settings
 from petlab.server.knn.model_cache import load_or_compile
 from petlab.server.knn.service import HostedModel
 
-PROTOCOLS = {"fast": "HE k-NN fast", "paper": "HE-kNN-V (paper)"}
+PROTOCOLS = {"thermo": "HE k-NN thermo", "fast": "HE k-NN fast", "paper": "HE-kNN-V (paper)"}
 PAILLIER = "Paillier (interactive)"
 
 KNN_COLUMNS = [
@@ -46,6 +48,7 @@ KNN_COLUMNS = [
     "d",
     "queries",
     "accuracy",
+    "encrypted_accuracy",
     "agrees_with_clear",
     "median_s",
     "p90_s",
@@ -74,14 +77,20 @@ class QueryLog:
     down: list[int] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
 
-    def row(self, protocol: str, truth, clear, keygen_s: float, key_bytes: int, rounds: int) -> dict:
-        """Medians over the queries (and p90 latency); one-off costs as measured."""
+    def row(
+        self, protocol: str, truth, clear, keygen_s: float, key_bytes: int, rounds: int, accuracy: float
+    ) -> dict:
+        """Medians over the queries (and p90 latency); one-off costs as measured. ``accuracy`` is
+        the protocol's integer algorithm on the whole held-out split (its clear reference, which
+        the encrypted answers equal); ``encrypted_accuracy`` only covers the queried rows (a
+        smoke test when they are few)."""
         median, p90 = _stats(self.latency_s)
         answers = np.asarray(self.answers)
         return {
             "protocol": protocol,
             "queries": len(answers),
-            "accuracy": float(np.mean(answers == truth)),
+            "accuracy": accuracy,
+            "encrypted_accuracy": float(np.mean(answers == truth)),
             "agrees_with_clear": float(np.mean(answers == clear)),
             "median_s": median,
             "p90_s": p90,
@@ -95,34 +104,56 @@ class QueryLog:
         }
 
 
-def progress_steps(queries: int) -> int:
+def progress_steps(queries: int, families: tuple[str, ...] = ALGORITHMS) -> int:
     """What :func:`run_dataset` advances a progress bar by: one step per query and protocol (every
     encrypted family, then Paillier)."""
-    return (len(ALGORITHMS) + 1) * queries
+    return (len(families) + 1) * queries
 
 
-def run_dataset(name: str, settings: KnnSettings, queries: int, cache: Path, progress=None) -> list[dict]:
-    """One data set: clear k-NN, both encrypted algorithms and Paillier on ``queries`` held-out rows."""
+def family_settings(name: str, settings: KnnSettings, family: str, owner: bool) -> KnnSettings:
+    """``settings`` for ``family``; with ``owner``, thermo takes the owner's bits and distance for
+    the data set (``server.knn.datasets.owner_settings``) at ``settings.n``."""
+    if owner and family == "thermo":
+        return replace(owner_settings(name), n=settings.n, k=settings.k)
+    return replace(settings, algorithm=family, distance=None)
+
+
+def run_dataset(
+    name: str,
+    settings: KnnSettings,
+    queries: int,
+    cache: Path,
+    progress=None,
+    families: tuple[str, ...] = ALGORITHMS,
+    owner: bool = False,
+) -> list[dict]:
+    """One data set: clear k-NN, the encrypted ``families`` and Paillier on ``queries`` held-out rows."""
     train, test = load_bundled(name).split()
     models = {
         algorithm: build_model(
             f"{name}-{algorithm}",
             train.features,
             train.labels,
-            replace(settings, algorithm=algorithm),
+            family_settings(name, settings, algorithm, owner),
             train.class_names,
             train.feature_names,
         )
-        for algorithm in ALGORITHMS
+        for algorithm in families
     }
-    exact = models["paper"]  # its plan is textbook k-NN on the quantized features
+    # the clear baseline and Paillier's target: textbook k-NN on the first family's points
+    exact = models[families[0]]
     levels = exact.quantizer.transform(test.features)
-    clear_all = classify_clear(exact.plan, levels)
+
+    def textbook(queries: np.ndarray) -> np.ndarray:
+        plan = exact.plan
+        return textbook_knn(plan.train, plan.labels, plan.k, plan.n_classes, queries)
+
+    clear_all = textbook(levels)
     rows = np.random.default_rng(0).choice(len(levels), size=min(queries, len(levels)), replace=False)
     clear_times = []
     for i in range(len(levels)):
         started = time.perf_counter()
-        classify_clear(exact.plan, levels[i : i + 1])
+        textbook(levels[i : i + 1])
         clear_times.append(time.perf_counter() - started)
     clear_median, clear_p90 = _stats(clear_times)
     base = {"dataset": name, "n": settings.n, "k": settings.k, "d": exact.d}
@@ -131,6 +162,7 @@ def run_dataset(name: str, settings: KnnSettings, queries: int, cache: Path, pro
             "protocol": "clear",
             "queries": len(levels),
             "accuracy": float(np.mean(clear_all == test.labels)),
+            "encrypted_accuracy": float("nan"),
             "agrees_with_clear": 1.0,
             "median_s": clear_median,
             "p90_s": clear_p90,
@@ -186,7 +218,13 @@ def _encrypted(remote: KnnRemote, channel, model: KnnModel, rows, test, algorith
         if progress is not None:
             progress.update()
     return log.row(
-        PROTOCOLS[algorithm], test.labels[rows], reference[rows], prepared.keygen_seconds, key_bytes, 1
+        PROTOCOLS[algorithm],
+        test.labels[rows],
+        reference[rows],
+        prepared.keygen_seconds,
+        key_bytes,
+        1,
+        float(np.mean(reference == test.labels)),
     )
 
 
@@ -208,7 +246,9 @@ def _paillier(channel, remote: KnnRemote, model: KnnModel, rows, test, clear_all
         log.down.append(channel.received - received)
         if progress is not None:
             progress.update()
-    return log.row(PAILLIER, test.labels[rows], clear_all[rows], keygen_s, 0, 2)
+    return log.row(
+        PAILLIER, test.labels[rows], clear_all[rows], keygen_s, 0, 2, float(np.mean(clear_all == test.labels))
+    )
 
 
 SWEEP_COLUMNS = [
@@ -228,7 +268,13 @@ SWEEP_COLUMNS = [
 
 
 def run_sweeps(
-    ns: list[int], ds: list[int], ks: list[int], queries: int, base_n: int, progress=None
+    ns: list[int],
+    ds: list[int],
+    ks: list[int],
+    queries: int,
+    base_n: int,
+    progress=None,
+    family: str = DEFAULT_ALGORITHM,
 ) -> list[dict]:
     from petlab.experiments.knn_bench import bench_one
 
@@ -239,7 +285,7 @@ def run_sweeps(
     )
     out = []
     for sweep, n, k, d in points:
-        r = bench_one(n, queries, "fast", k=k, d=d)
+        r = bench_one(n, queries, family, k=k, d=d)
         out.append(
             {
                 "sweep": sweep,

@@ -21,7 +21,13 @@ from petlab.crypto.knn.deployment import (
     parse_evaluation_keys,
     run_encrypted,
 )
-from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear, default_config
+from petlab.crypto.knn.families import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    classify_clear,
+    default_config,
+    encode_query,
+)
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.server.knn.datasets import load_bundled
@@ -68,7 +74,7 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
     for row in range(min(rows, len(test.labels))):
         levels = quantizer.transform(test.features[row])
         t0 = time.perf_counter()
-        query = client.encrypt(levels)
+        query = client.encrypt(encode_query(model.algorithm, levels, model.plan.bits))
         t1 = time.perf_counter()
         result = run_encrypted(compiled.server, evaluation_keys, parse_ciphertext(query))
         t2 = time.perf_counter()

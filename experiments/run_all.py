@@ -1,11 +1,13 @@
 """``petlab-experiments all``: every experiment, one command, CSV + Markdown + PNG in one directory.
 
-``--quick`` (what ``make demo`` runs; 7 min 5 s on 2 cores, measured after issue 13): the four data
-sets at n = 10 with 2 encrypted queries each, sweeps at n <= 8, 20,000 commute workers, the shipped
-5,000-record ACS sample (plausible deniability with k = 10: the sample has 2,000 seeds). ``--full``:
-n = 40 with 10 queries, sweeps n = 10..60, d = 1..4, k = 1..7, 200,000 commute workers, and the
-100,000-record ACS set with k = 50 when ``$PETLAB_ACS_DATA`` or ``../shared/data/acs13.csv`` is
-present.
+``--quick`` (what ``make demo`` runs): the four data sets with the default (thermo) family at
+n = 10 and the owner's bits and distance, 2 encrypted queries each (a smoke test: they must agree
+with the clear reference), the owner's settings' accuracy on one whole held-out split (the clear
+reference, which the encrypted class equals) beside float k-NN, sweeps at n <= 8, 20,000 commute
+workers, the shipped 5,000-record ACS sample (plausible deniability with k = 10: the sample has
+2,000 seeds). ``--full``: every family at n = 40 with 10 queries, the accuracy over 5 splits,
+sweeps n = 10..60, d = 1..4, k = 1..7, 200,000 commute workers, and the 100,000-record ACS set with
+k = 50 when ``$PETLAB_ACS_DATA`` or ``../shared/data/acs13.csv`` is present.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from petlab.crypto.knn.families import ALGORITHMS
 from petlab.crypto.knn.model import KnnSettings
-from petlab.experiments import knn_experiments, report, synthesis_experiments
+from petlab.experiments import knn_accuracy, knn_experiments, report, synthesis_experiments
 from petlab.experiments.machine import describe
 from petlab.experiments.plausible_bench import default_data
 from petlab.plaindata import acs_sample_path
@@ -28,12 +31,14 @@ from petlab.plaindata import acs_sample_path
 @dataclass(frozen=True)
 class ExperimentConfig:
     datasets: tuple[str, ...] = ("iris", "wine", "breast_cancer", "digits")
+    families: tuple[str, ...] = ("thermo",)  # encrypted families run over gRPC
     n: int = 10
     k: int = 3
     queries: int = 2
+    accuracy_splits: int = 1  # clear references of the owner's settings on whole held-out splits
     sweep_n: tuple[int, ...] = (4, 8)
-    sweep_d: tuple[int, ...] = (2, 4)
-    sweep_k: tuple[int, ...] = (1, 3)
+    sweep_d: tuple[int, ...] = ()
+    sweep_k: tuple[int, ...] = ()
     sweep_base_n: int = 6
     sweep_queries: int = 1
     workers: int = 20_000
@@ -50,8 +55,10 @@ class ExperimentConfig:
 
 QUICK = ExperimentConfig()
 FULL = ExperimentConfig(
+    families=ALGORITHMS,
     n=40,
     queries=10,
+    accuracy_splits=5,
     sweep_n=(10, 20, 40, 60),
     sweep_d=(1, 2, 3, 4),
     sweep_k=(1, 3, 5, 7),
@@ -67,7 +74,8 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
     out.mkdir(parents=True, exist_ok=True)
     machine = describe()
     steps = (
-        len(config.datasets) * knn_experiments.progress_steps(config.queries)
+        len(config.datasets) * knn_experiments.progress_steps(config.queries, config.families)
+        + len(config.datasets)
         + len(config.sweep_n)
         + len(config.sweep_d)
         + len(config.sweep_k)
@@ -83,8 +91,17 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         rows = []
         for name in config.datasets:
             progress.set_postfix_str(f"k-NN on {name}")
-            rows += knn_experiments.run_dataset(name, settings, config.queries, cache, progress)
+            rows += knn_experiments.run_dataset(
+                name, settings, config.queries, cache, progress, config.families, owner=True
+            )
         results["knn"] = pd.DataFrame(rows)[knn_experiments.KNN_COLUMNS]
+        accuracy = []
+        for name in config.datasets:
+            progress.set_postfix_str(f"k-NN accuracy on {name}")
+            for seed in range(config.accuracy_splits):
+                accuracy += knn_accuracy.split_rows(name, seed, config.n, config.k, ("thermo",))
+            progress.update()
+        results["knn_accuracy"] = pd.DataFrame(accuracy, columns=knn_accuracy.COLUMNS)
         progress.set_postfix_str("k-NN sweeps")
         results["knn_sweeps"] = pd.DataFrame(
             knn_experiments.run_sweeps(

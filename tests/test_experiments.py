@@ -49,18 +49,28 @@ def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch
     out = tmp_path / "results"
     report = run_all(TINY, out, tmp_path / "cache", "tiny")
     assert bars and all(done == total for done, total in bars)  # the bar ends at its total, not past it
-    for name in ("knn", "knn_sweeps", "onthemap", "onthemap_commute", "adaptive", "plausible"):
+    for name in (
+        "knn",
+        "knn_accuracy",
+        "knn_sweeps",
+        "onthemap",
+        "onthemap_commute",
+        "adaptive",
+        "plausible",
+    ):
         assert (out / f"{name}.csv").stat().st_size > 0
     for figure in ("knn_latency", "knn_sweeps", "onthemap_imse", "onthemap_commute", "adaptive_earthmover"):
         assert (out / f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     knn = pd.read_csv(out / "knn.csv")
     assert list(knn.columns) == KNN_COLUMNS
-    assert set(knn.protocol) == {"clear", "HE k-NN fast", "HE-kNN-V (paper)", "Paillier (interactive)"}
-    for protocol in ("HE k-NN fast", "HE-kNN-V (paper)"):
+    assert set(knn.protocol) == {"clear", "HE k-NN thermo", "Paillier (interactive)"}  # QUICK's families
+    for protocol in ("HE k-NN thermo",):
         he = knn[knn.protocol == protocol].iloc[0]
         assert he.agrees_with_clear == 1.0 and he.rounds == 1 and he.key_bytes > 1_000_000
         assert he.bytes_up > 0 and he.bytes_down > 0 and he.client_keygen_s > 0
     assert knn[knn.protocol == "Paillier (interactive)"].iloc[0].rounds == 2
+    accuracy = pd.read_csv(out / "knn_accuracy.csv")
+    assert set(accuracy.family) == {"thermo"} and (accuracy.test_rows == 30).all()
     assert list(pd.read_csv(out / "knn_sweeps.csv").columns) == SWEEP_COLUMNS
     onthemap = pd.read_csv(out / "onthemap.csv")
     assert {"sweep", "eps", "delta", "p_min", "eps_prime", "imse_all"} <= set(onthemap.columns)
@@ -75,7 +85,7 @@ def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch
 
 @pytest.fixture(scope="module")
 def server(serve, hosted_model, tmp_path_factory):
-    hosted = hosted_model("iris", KnnSettings(n=4, k=1))
+    hosted = hosted_model("iris", KnnSettings(n=4, k=1, algorithm="fast"))
     with serve(tmp_path_factory.mktemp("wire"), {"iris": hosted}, enable_paillier_baseline=True) as running:
         yield running, hosted.model
 

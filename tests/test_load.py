@@ -70,7 +70,7 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         yield
 
     limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     controller = {"analysis_data": acs_sample_path(), "open_analysis": True, "workers": WORKERS}
     with (
         serve(tmp_path, hosted, limits=limits, **controller) as running,

@@ -26,7 +26,7 @@ from petlab.crypto.knn.wire_format import SCHEMA
 
 @pytest.fixture(scope="module")
 def hosted(hosted_model):
-    return hosted_model("iris", KnnSettings(n=6, k=3))
+    return hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))
 
 
 @pytest.fixture(scope="module")

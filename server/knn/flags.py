@@ -9,6 +9,7 @@ from typing import Any
 
 from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM
 from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.dask_cluster import add_cluster_arguments, spec_from_args
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.environment import add_env_option, add_env_switch, env
@@ -30,7 +31,9 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         metavar="NAME=FILE",
         help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models",
     )
-    add_env_option(serve, "--n", int, 40, "training points kept per model")
+    add_env_option(
+        serve, "--n", _points, 40, "training points kept per model ('all': the whole training set)"
+    )
     add_env_option(serve, "--k", int, 3, "neighbours")
     add_env_option(serve, "--bits", int, 4, "bits per quantized feature")
     serve.add_argument(
@@ -39,6 +42,14 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         default=env("ALGORITHM", DEFAULT_ALGORITHM),
         help=f"[PETLAB_ALGORITHM] encrypted k-NN circuit family, default {DEFAULT_ALGORITHM} "
         "(crypto.knn.families)",
+    )
+    add_env_option(
+        serve,
+        "--distance",
+        str,
+        "",
+        "thermo family: the distance SCALE,CAP[,LOOKUP_BITS] (crypto.knn.thermo.plan.DistanceChoice; "
+        "default: from d and bits)",
     )
     add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
     add_env_option(
@@ -91,7 +102,13 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         bounds[name] = Path(path)
     return {
         "models": args.model or [m for m in str(env("MODELS", "")).split(",") if m],
-        "settings": KnnSettings(n=args.n, k=args.k, bits=args.bits, algorithm=args.algorithm),
+        "settings": KnnSettings(
+            n=args.n,
+            k=args.k,
+            bits=args.bits,
+            algorithm=args.algorithm,
+            distance=DistanceChoice.parse(args.distance) if args.distance else None,
+        ),
         "label_column": args.label_column,
         "bounds": bounds,
         "key_idle_seconds": args.key_idle_hours * 3600,
@@ -108,3 +125,10 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
             owner_evaluation_slots=args.owner_evaluation_slots,
         ),
     }
+
+
+def _points(text: str) -> int | None:
+    """``--n``: a number of training points, or ``all`` (None: the whole training set)."""
+    if text == "all":
+        return None
+    return int(text)  # ValueError: argparse reports an invalid --n value
