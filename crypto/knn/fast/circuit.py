@@ -25,40 +25,50 @@ from petlab.crypto.knn.fast.selection_network import kth_smallest
 from petlab.crypto.knn.ranges import compile_inputset, signed_bit_width
 
 
-def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
-    """The traced function: encrypted query levels (d,) -> encrypted class index."""
-    selector, matrix, onehot = plan.selector(), plan.lookup_matrix, plan.onehot
+def distance_function(plan: FastKnnPlan) -> Callable:
+    """Steps 1-2 on encrypted query levels (d,): the (n,) coarse distances to ``plan``'s points."""
+    selector, matrix = plan.selector(), plan.lookup_matrix
     costs = fhe.LookupTable([fhe.LookupTable(row.tolist()) for row in plan.cost_tables()])
     coarse = fhe.LookupTable(coarsen_table(plan.scale).tolist()) if plan.scale.coarsened else None
-    width, top = plan.compare_bits, plan.scale.distance_max
+    width = plan.compare_bits
+
+    def distances(q):
+        raw = costs[q @ selector] @ matrix
+        dist = coarse[fhe.hint(raw, bit_width=plan.scale.raw_max.bit_length())] if coarse else raw
+        return fhe.hint(dist, bit_width=width)
+
+    return distances
+
+
+def exchange_function(plan: FastKnnPlan) -> Callable:
+    """One compare-exchange = one lookup: ``(a, b) -> (min, max)`` elementwise."""
+    width = plan.compare_bits
     negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
-    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
-    diff, win, offsets = pair_matrices(plan.n_classes)
-    vote_bits, n_classes, k = plan.vote_bits, plan.n_classes, plan.k
-    removed = max(0, vote_bits - config.sign_bits)
-    is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
-    wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
 
     def exchange(a, b):
         m = negative_part(fhe.hint(a - b, bit_width=width))
         # a - m rather than a + b - low: each output adds one lookup's noise to one input's
         return fhe.hint(b + m, bit_width=width), fhe.hint(a - m, bit_width=width)
 
-    def knn(q):
-        levels = q @ selector
-        raw = costs[levels] @ matrix
-        dist = coarse[fhe.hint(raw, bit_width=plan.scale.raw_max.bit_length())] if coarse else raw
-        dist = fhe.hint(dist, bit_width=width)
-        kth = kth_smallest(
-            dist,
-            k,
-            pad=lambda count: fhe.zeros((count,)) + top,
-            exchange=exchange,
-            minimum=lambda a, b: exchange(a, b)[0],
-            maximum=lambda a, b: exchange(a, b)[1],
-        )
-        inside = at_most_zero(fhe.hint(dist - kth, bit_width=width))
-        votes = inside @ onehot
+    return exchange
+
+
+def within_function(plan: FastKnnPlan) -> Callable:
+    """Step 4: ``(dist, kth) -> [dist <= kth]`` elementwise (one lookup per point)."""
+    width = plan.compare_bits
+    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
+    return lambda dist, kth: at_most_zero(fhe.hint(dist - kth, bit_width=width))
+
+
+def decision_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
+    """Step 5: encrypted votes (C,) -> encrypted class index."""
+    diff, win, offsets = pair_matrices(plan.n_classes)
+    vote_bits, n_classes = plan.vote_bits, plan.n_classes
+    removed = max(0, vote_bits - config.sign_bits)
+    is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
+    wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
+
+    def decide(votes):
         gaps = fhe.hint(votes @ diff - 1, bit_width=vote_bits)
         if removed:
             gaps = fhe.truncate_bit_pattern(gaps, removed)
@@ -66,6 +76,31 @@ def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
         wins = fhe.hint(beats @ win + offsets, bit_width=wins_bits)
         # a dot product with np.arange simulated wrongly here (concrete 2.11); sum of products is right
         return np.sum(is_winner(wins) * np.arange(n_classes))
+
+    return decide
+
+
+def network_operations(plan: FastKnnPlan) -> dict:
+    """The selection network's operations (``selection_network``) for encrypted distances."""
+    exchange, top = exchange_function(plan), plan.scale.distance_max
+    return {
+        "pad": lambda count: fhe.zeros((count,)) + top,
+        "exchange": exchange,
+        "minimum": lambda a, b: exchange(a, b)[0],
+        "maximum": lambda a, b: exchange(a, b)[1],
+    }
+
+
+def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
+    """The traced function: encrypted query levels (d,) -> encrypted class index."""
+    distances, within = distance_function(plan), within_function(plan)
+    decide = decision_function(plan, config)
+    network, onehot, k = network_operations(plan), plan.onehot, plan.k
+
+    def knn(q):
+        dist = distances(q)
+        kth = kth_smallest(dist, k, **network)
+        return decide(within(dist, kth) @ onehot)
 
     return knn
 
