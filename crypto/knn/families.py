@@ -52,3 +52,12 @@ def classify_clear(plan, queries: np.ndarray) -> np.ndarray:
 
 def compile_plan(plan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
     return family_of(plan).compile(plan, config, simulation)
+
+
+def split_program(plan, parts: int, config: CircuitConfig):
+    """``plan``'s algorithm as stages over ``parts`` partitions (``crypto.knn.split``);
+    ``ValueError`` when its family cannot be split."""
+    family = family_of(plan)
+    if family.split is None:
+        raise ValueError(f"the {family.name} family cannot split one query over partitions")
+    return family.split(plan, parts, config)

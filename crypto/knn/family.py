@@ -18,6 +18,7 @@ import numpy as np
 from concrete import fhe
 
 from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.split.program import SplitProgram
 
 # (train levels, labels, n_classes, k, bits) -> plan
 PlanBuilder = Callable[[np.ndarray, np.ndarray, int, int, int], Any]
@@ -37,6 +38,9 @@ class KnnFamily:
     classify_clear: ``(plan, queries) -> classes``, the clear reference of the same integer algorithm.
     selection_rule: ``bits -> rule`` used to choose the n training points the circuit keeps.
     config: the measured default compilation settings of this family.
+    split: ``(plan, parts, config) -> crypto.knn.split.program.SplitProgram``, the same algorithm
+        as stages over P partitions of the training set (one query over many workers), or None
+        when the family cannot be split.
     """
 
     name: str
@@ -47,3 +51,4 @@ class KnnFamily:
     classify_clear: Callable[[Any, np.ndarray], np.ndarray]
     selection_rule: Callable[[int], SelectionRule]
     config: CircuitConfig
+    split: Callable[[Any, int, CircuitConfig], SplitProgram] | None = None

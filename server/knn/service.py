@@ -29,6 +29,7 @@ from petlab.crypto.knn.deployment import (
     parse_evaluation_keys,
 )
 from petlab.crypto.knn.model import KnnModel
+from petlab.crypto.knn.split.program import StageGraph
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
 from petlab.server.common.call_log import logged_stream_in, logged_unary
@@ -65,6 +66,7 @@ class HostedModel:
     model: KnnModel
     server: fhe.Server
     dataset: str
+    graph: StageGraph | None = None  # a split model's stage graph (crypto.knn.split); None: whole
     specs: bytes = b""
     specs_sha256: str = ""
 

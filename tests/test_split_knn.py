@@ -1,0 +1,268 @@
+"""One query over many workers (issue 25): the fast family split over P partitions of its training
+set. The split's clear reference against a sort (ties included) and the unsplit reference on every
+data set, the stage graph's checks, the compiled module (simulated) against the reference with its
+PBS against the cost model, and real encryption through the gRPC server, in process and on a real
+LocalCluster where one query's partitions run on both workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.fast.plan import build_fast_plan
+from petlab.crypto.knn.fast.reference import classify, classify_by_sorting
+from petlab.crypto.knn.fast.split import split_program, stage_pbs
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.crypto.knn.split.program import (
+    ANSWER_STAGE,
+    QUERY,
+    Node,
+    StageGraph,
+    check_program,
+    check_query_inputs,
+    classify_clear,
+    compile_program,
+    module_statistics,
+    partitions,
+    run_graph,
+)
+from petlab.server.knn.datasets import load_bundled
+
+CONFIG = default_config("fast")
+
+
+def brute_force(plan, queries):
+    return classify_by_sorting(
+        plan.train, plan.labels, plan.k, plan.n_classes, queries, plan.bits, plan.distance_bits
+    )
+
+
+# ------------------------------------------------------------------ clear
+
+
+def test_partitions_are_public_and_balanced():
+    for n in (2, 7, 40, 1437):
+        for parts in sorted({min(p, n) for p in (2, 3, 16, n)}):
+            cut = partitions(n, parts)
+            assert sorted(np.concatenate(cut).tolist()) == list(range(n))
+            sizes = [len(part) for part in cut]
+            assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    for parts in (0, 8):
+        with pytest.raises(ValueError):
+            partitions(7, parts)
+
+
+@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer", "digits"])
+def test_split_reference_equals_the_whole_reference(name):
+    """Every shipped data set, several P (one partition smaller than k included): the split
+    algorithm's class is the unsplit algorithm's on held-out rows and random queries."""
+    train, test = load_bundled(name).split()
+    quantizer = MinMaxQuantizer.fit(train.features, 4)  # the first 150 training rows, no selection
+    n_classes = int(train.labels.max()) + 1
+    plan = build_fast_plan(quantizer.transform(train.features[:150]), train.labels[:150], n_classes, 3, 4)
+    queries = np.vstack(
+        [
+            quantizer.transform(test.features)[:60],
+            np.random.default_rng(0).integers(0, 16, size=(20, plan.d)),
+        ]
+    )
+    expected = classify(plan, queries)
+    assert np.array_equal(expected, brute_force(plan, queries))
+    for parts in (2, 3, 7, plan.n // 2):
+        assert np.array_equal(classify_clear(split_program(plan, parts, CONFIG), queries), expected), parts
+
+
+def test_every_tie_at_the_kth_distance_votes_across_partitions():
+    """Attack on the tie rule across partitions: seven points at the same distance, k = 2, P = 3.
+    Each partition holds more tied points than its k-list keeps, so a split that voted from each
+    partition's k smallest would count 6 votes at most; every tied point must vote (3 for class 0,
+    4 for class 1), so class 1 wins, as the unsplit circuit answers."""
+    train = np.array([[0, 0]] * 7 + [[15, 15]] * 2)
+    labels = np.array([0, 1, 1, 0, 1, 1, 0, 0, 0])
+    plan = build_fast_plan(train, labels, 2, 2, 4)
+    program = split_program(plan, 3, CONFIG)
+    query = np.array([1, 1])
+    values = run_graph(program.graph, query, lambda node, args: program.stage(node.stage).twin(*args))
+    votes = sum(values[f"count_{p}"] for p in range(3))
+    assert votes.tolist() == [3, 4]
+    assert values[ANSWER_STAGE] == 1 == classify(plan, query[None, :])[0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(2, 24),
+    d=st.integers(1, 3),
+    levels=st.integers(1, 4),
+    n_classes=st.integers(2, 4),
+    k=st.integers(1, 5),
+    parts=st.integers(2, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_split_equals_a_sort_with_heavy_ties(n, d, levels, n_classes, k, parts, seed):
+    """Few levels make many equal distances and equal votes; any P up to n, k up to n."""
+    rng = np.random.default_rng(seed)
+    k, parts = min(k, n), min(parts, n)
+    labels = rng.integers(0, n_classes, size=n)
+    labels[:2] = [0, 1]
+    train = rng.integers(0, levels, size=(n, d)) * (15 // max(levels - 1, 1))
+    plan = build_fast_plan(train, labels, n_classes, k, 4)
+    queries = rng.integers(0, 16, size=(12, d))
+    assert np.array_equal(
+        classify_clear(split_program(plan, parts, CONFIG), queries), brute_force(plan, queries)
+    )
+
+
+def test_malformed_graphs_are_refused():
+    plan = build_fast_plan(np.arange(12).reshape(6, 2), np.arange(6) % 2, 2, 3, 4)
+    program = split_program(plan, 2, CONFIG)
+    check_program(program)
+    nodes = program.graph.nodes
+    broken = [
+        nodes[:-1],  # no answer node at the end
+        (Node("finish", "finish", ("count_0", "count_1")), *nodes),  # reads before it is computed
+        (*nodes[:-1], Node("finish", "finish", ("count_0",))),  # one input short
+        (*nodes[:-1], Node("finish", "nowhere", ("count_0", "count_1"))),  # unknown stage
+        (*nodes, Node("finish", "finish", ("count_0", "count_1"))),  # a name used twice
+    ]
+    for graph in broken:
+        with pytest.raises(ValueError):
+            check_program(type(program)(StageGraph(2, graph), program.stages, program.client_inputset))
+    with pytest.raises(ValueError):
+        split_program(plan, 1, CONFIG)  # one partition is the whole circuit, not a split
+
+
+# ------------------------------------------------------------------ compiled module
+
+
+@pytest.fixture(scope="module")
+def split_iris(iris_split):
+    """Iris, n = 12, k = 3, P = 3 (partitions of 4 points: each pads its k-list), compiled once
+    for simulation and real execution."""
+    train, test = iris_split
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
+    program = split_program(model.plan, 3, CONFIG)
+    module = compile_program(program, CONFIG, simulation=True)
+    return model, program, module, model.quantizer.transform(test.features)
+
+
+def test_split_module_pbs_match_the_cost_model(split_iris):
+    model, program, module, _ = split_iris
+    statistics = module_statistics(module, [stage.name for stage in program.stages])
+    assert statistics["pbs_per_stage"] == stage_pbs(model.plan, 3, CONFIG)
+
+
+def test_split_simulation_equals_reference(split_iris, simulate_all):
+    """Held-out rows, the training points themselves (distance 0 ties) and random queries."""
+    model, program, module, test_levels = split_iris
+    functions = module.functions()
+    queries = np.vstack(
+        [test_levels[:10], model.plan.train[:6], np.random.default_rng(4).integers(0, 16, (8, 4))]
+    )
+
+    class Graph:  # the whole graph, simulated stage by stage, as simulate_all expects a circuit
+        @staticmethod
+        def simulate(query):
+            run = lambda node, args: functions[node.stage].simulate(*args)  # noqa: E731
+            return run_graph(program.graph, query, run)[ANSWER_STAGE]
+
+    expected = classify(model.plan, queries)
+    assert np.array_equal(simulate_all(Graph, queries, expected), expected)
+
+
+def test_the_query_ciphertext_must_fit_every_stage_that_reads_it(split_iris):
+    """The client encrypts once, for partition_0; the build checks that every stage reading the
+    query takes the same ciphertext type. A graph feeding the query where a k-list goes is refused."""
+    _, program, module, _ = split_iris
+    specs = module.server.client_specs.serialize()
+    check_query_inputs(specs, program.graph)
+    wrong = StageGraph(3, (*program.graph.nodes[:3], Node("merge", "merge", (QUERY, QUERY, QUERY))))
+    with pytest.raises(ValueError, match="would not fit"):
+        check_query_inputs(specs, wrong)
+
+
+# ------------------------------------------------------------------ real encryption
+
+
+@pytest.fixture(scope="module")
+def split_hosted(split_iris):
+    from petlab.server.knn.service import HostedModel
+
+    model, program, module, _ = split_iris
+    return {"iris": HostedModel(model, module.server, dataset="iris", graph=program.graph)}
+
+
+@pytest.mark.slow
+def test_one_query_runs_on_both_workers_and_equals_reference(
+    serve, split_hosted, local_cluster, split_iris, tmp_path_factory
+):
+    """Through the gRPC server on a real LocalCluster(2): the client sends one ciphertext and
+    decrypts one class; the query's stages ran on both workers; the class equals the reference.
+    Then the same keys in process (``--partitions`` without a cluster: the local evaluator runs the
+    graph node by node): the same answer."""
+    from petlab.client.knn_client import KnnRemote, make_channel
+    from petlab.dask_cluster import ClusterSpec
+    from petlab.server.knn.cluster_evaluation import worker_cache_info
+    from petlab.server.knn.evaluators import Evaluation, LocalEvaluator
+
+    model, program, module, _ = split_iris
+    client = local_cluster.client
+    address = client.scheduler.address
+    with (
+        serve(
+            tmp_path_factory.mktemp("split-server"), split_hosted, cluster=ClusterSpec(address=address)
+        ) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        remote = KnnRemote(
+            channel, "split", tmp_path_factory.mktemp("client"), timeout=300, show_progress=False
+        )
+        prepared = remote.prepare("iris")  # the warm-up query runs the whole graph on the cluster
+        rows = load_bundled("iris").split()[1].features
+        before = {w: i["stages"] for w, i in client.run(worker_cache_info).items()}
+        single = remote.classify(prepared, rows[0])
+        after = {w: i["stages"] for w, i in client.run(worker_cache_info).items()}
+        batch = remote.classify_batch(prepared, rows[1:3])
+        assert running.cluster.key_scatters == 1  # broadcast once to every worker
+    expected = classify(model.plan, model.quantizer.transform(rows[:4])).tolist()
+    assert [single, *batch] == expected[:3]
+    ran = {worker: after[worker] - before.get(worker, 0) for worker in after}
+    assert sum(ran.values()) == len(program.graph.nodes)  # 3 + 1 + 3 + 1 stages
+    assert all(count >= 2 for count in ran.values()), ran  # partitions on both workers
+
+    key_path = tmp_path_factory.mktemp("keys") / "keys"
+    key_path.write_bytes(prepared.client.evaluation_keys_bytes())
+    evaluator = LocalEvaluator({"iris": module.server}, {"iris": program.graph})
+    query = prepared.client.encrypt(model.quantizer.transform(rows[3:4])[0])
+    (answer,) = evaluator.classify(Evaluation("iris", "key", key_path, [query]))
+    assert prepared.client.decrypt_class(answer) == expected[3]
+
+
+def test_partitions_flag_and_its_automatic_value(monkeypatch, tmp_path, iris_model, iris_fast_model):
+    """``--partitions`` (``PETLAB_PARTITIONS``): 0 is one partition per cluster worker, and the
+    whole circuit without a cluster; a family that cannot be split is refused only when asked."""
+    from petlab.dask_cluster import ClusterSpec
+    from petlab.server.app import model_parts, resolve_partitions
+    from petlab.server.main import parse_args
+
+    class Scheduler:  # what resolve_partitions asks a cluster
+        def worker_count(self) -> int:
+            return 5
+
+    options, _ = parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])
+    assert options.partitions == 0 and resolve_partitions(options, Scheduler()) == 2
+    options.cluster = ClusterSpec(address="tcp://scheduler:8786")
+    assert resolve_partitions(options, Scheduler()) == 5
+    options.cluster = ClusterSpec()
+    assert resolve_partitions(options, None) == 1
+    monkeypatch.setenv("PETLAB_PARTITIONS", "3")
+    options, _ = parse_args(["serve", "--data-dir", str(tmp_path)])
+    assert resolve_partitions(options, None) == 3  # in process, split: for measurements
+    assert model_parts(iris_fast_model, 3, explicit=True) == 3
+    assert model_parts(iris_fast_model, 500, explicit=False) == iris_fast_model.plan.n
+    assert model_parts(iris_model, 3, explicit=False) == 1  # the paper family runs whole
+    with pytest.raises(ValueError, match="cannot split"):
+        model_parts(iris_model, 3, explicit=True)
