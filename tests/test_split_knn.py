@@ -266,3 +266,27 @@ def test_partitions_flag_and_its_automatic_value(monkeypatch, tmp_path, iris_mod
     assert model_parts(iris_model, 3, explicit=False) == 1  # the paper family runs whole
     with pytest.raises(ValueError, match="cannot split"):
         model_parts(iris_model, 3, explicit=True)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 5, 8, 9])
+def test_a_merge_tree_program_combines_every_partition_once(parts):
+    """The one-pass shape (partition, a tree of merges, finish) for a family whose partition state
+    merges associatively: here each partition's k smallest values, merged as sorted k-lists; the
+    tree's answer is the k-th smallest of all values for any P, odd levels included."""
+    from petlab.crypto.knn.split.program import merge_tree_program
+
+    k, values = 3, np.random.default_rng(parts).integers(0, 9, size=40)
+    cut = partitions(len(values), parts)
+    program = merge_tree_program(
+        parts,
+        lambda p: (None, lambda x, p=p: np.sort(np.concatenate([x[cut[p]], [99] * k]))[:k]),
+        (None, lambda a, b: np.sort(np.concatenate([a, b]))[:k]),
+        (None, lambda state: int(state[k - 1])),
+        [values],
+    )
+    check_program(program)
+    assert [n.stage for n in program.graph.nodes].count("finish") == 1
+    assert len({n.stage for n in program.graph.nodes if n.stage.startswith("merge_")}) == int(
+        np.ceil(np.log2(parts))
+    )
+    assert classify_clear(program, values[None, :])[0] == np.sort(values)[k - 1]

@@ -118,6 +118,42 @@ def partitions(n: int, parts: int) -> list[np.ndarray]:
     return [np.arange(p, n, parts) for p in range(parts)]
 
 
+def merge_tree_program(
+    parts: int,
+    partition: Callable[[int], tuple[Callable, Callable]],
+    merge: tuple[Callable, Callable],
+    finish: tuple[Callable, Callable],
+    client_inputset: Sequence[np.ndarray],
+    description: dict | None = None,
+) -> SplitProgram:
+    """A one-pass split: ``partition_p(x)`` on each partition's worker, a binary tree of
+    ``merge(a, b)`` (associative), then ``finish(state)``. Each argument is a (body, twin) pair;
+    ``partition(p)`` gives partition p's. One merge stage per tree level (``merge_1``,
+    ``merge_2``, ...): wiring a stage to itself would be a cycle, which concrete composes only with
+    a noise refresh per value; per level the wires form a DAG. With P not a power of two the odd
+    state of a level is carried to the next one. The stages' bodies are traced once each."""
+    stages, nodes = [], []
+    for p in range(parts):
+        body, twin = partition(p)
+        stages.append(Stage(f"partition_{p}", ("x",), body, twin))
+        nodes.append(Node(f"partition_{p}", f"partition_{p}", (QUERY,), partition=p))
+    level, current = 1, [f"partition_{p}" for p in range(parts)]
+    while len(current) > 1:
+        stages.append(Stage(f"merge_{level}", ("a", "b"), *merge))
+        following = []
+        for i in range(0, len(current) - 1, 2):
+            name = f"merge_{level}_{i // 2}"
+            nodes.append(Node(name, f"merge_{level}", (current[i], current[i + 1])))
+            following.append(name)
+        current = following + current[len(current) - len(current) % 2 :]
+        level += 1
+    stages.append(Stage(ANSWER_STAGE, ("state",), *finish))
+    nodes.append(Node(ANSWER_STAGE, ANSWER_STAGE, (current[0],)))
+    return SplitProgram(
+        StageGraph(parts, tuple(nodes)), tuple(stages), tuple(client_inputset), description or {}
+    )
+
+
 def check_program(program: SplitProgram) -> None:
     """``ValueError`` unless the graph is well formed: known stages, one input per parameter,
     inputs defined before use, unique node names, the query read by :data:`ENTRY_STAGE` and the
