@@ -187,36 +187,30 @@ def test_the_query_ciphertext_must_fit_every_stage_that_reads_it(split_iris):
 # ------------------------------------------------------------------ real encryption
 
 
-@pytest.fixture(scope="module")
-def split_hosted(split_iris):
-    from petlab.server.knn.service import HostedModel
-
-    model, program, module, _ = split_iris
-    return {"iris": HostedModel(model, module.server, dataset="iris", graph=program.graph)}
-
-
 @pytest.mark.slow
-def test_one_query_runs_on_both_workers_and_equals_reference(
-    serve, split_hosted, local_cluster, split_iris, tmp_path_factory
-):
-    """Through the gRPC server on a real LocalCluster(2): the client sends one ciphertext and
-    decrypts one class; the query's stages ran on both workers; the class equals the reference.
-    Then the same keys in process (``--partitions`` without a cluster: the local evaluator runs the
-    graph node by node): the same answer."""
+def test_one_query_runs_on_both_workers_and_equals_reference(serve, local_cluster, tmp_path_factory):
+    """``petlab-server serve --model iris --cluster ADDRESS`` with two workers: the server compiles
+    the split module over 2 partitions (``--partitions`` 0 = one per worker), the client sends one
+    ciphertext and decrypts one class, the query's stages ran on both workers, and the class equals
+    the reference. Then the same keys in process (``--partitions`` without a cluster: the local
+    evaluator runs the graph node by node): the same answer."""
     from petlab.client.knn_client import KnnRemote, make_channel
     from petlab.dask_cluster import ClusterSpec
     from petlab.server.knn.cluster_evaluation import worker_cache_info
     from petlab.server.knn.evaluators import Evaluation, LocalEvaluator
 
-    model, program, module, _ = split_iris
     client = local_cluster.client
-    address = client.scheduler.address
+    options = {
+        "models": ["iris"],
+        "settings": KnnSettings(n=12),
+        "cluster": ClusterSpec(address=client.scheduler.address),
+    }
     with (
-        serve(
-            tmp_path_factory.mktemp("split-server"), split_hosted, cluster=ClusterSpec(address=address)
-        ) as running,
+        serve(tmp_path_factory.mktemp("split-server"), **options) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
+        hosted = running.hosted["iris"]
+        assert hosted.graph is not None and hosted.graph.parts == 2
         remote = KnnRemote(
             channel, "split", tmp_path_factory.mktemp("client"), timeout=300, show_progress=False
         )
@@ -227,15 +221,16 @@ def test_one_query_runs_on_both_workers_and_equals_reference(
         after = {w: i["stages"] for w, i in client.run(worker_cache_info).items()}
         batch = remote.classify_batch(prepared, rows[1:3])
         assert running.cluster.key_scatters == 1  # broadcast once to every worker
+    model = hosted.model
     expected = classify(model.plan, model.quantizer.transform(rows[:4])).tolist()
     assert [single, *batch] == expected[:3]
     ran = {worker: after[worker] - before.get(worker, 0) for worker in after}
-    assert sum(ran.values()) == len(program.graph.nodes)  # 3 + 1 + 3 + 1 stages
-    assert all(count >= 2 for count in ran.values()), ran  # partitions on both workers
+    assert sum(ran.values()) == len(hosted.graph.nodes)  # 2 + 1 + 2 + 1 stages
+    assert all(count >= 2 for count in ran.values()), ran  # a partition on each worker
 
     key_path = tmp_path_factory.mktemp("keys") / "keys"
     key_path.write_bytes(prepared.client.evaluation_keys_bytes())
-    evaluator = LocalEvaluator({"iris": module.server}, {"iris": program.graph})
+    evaluator = LocalEvaluator({"iris": hosted.server}, {"iris": hosted.graph})
     query = prepared.client.encrypt(model.quantizer.transform(rows[3:4])[0])
     (answer,) = evaluator.classify(Evaluation("iris", "key", key_path, [query]))
     assert prepared.client.decrypt_class(answer) == expected[3]
@@ -290,3 +285,58 @@ def test_a_merge_tree_program_combines_every_partition_once(parts):
         np.ceil(np.log2(parts))
     )
     assert classify_clear(program, values[None, :])[0] == np.sort(values)[k - 1]
+
+
+def test_the_cost_model_recovers_a_known_latency_law():
+    """split-bench's model on synthetic rows that follow T = t PBS (whole, 10 ms) and
+    T = h + t1 PBS_critical (cluster, 0.5 s + 20 ms): the fit recovers t, h and t1 and predicts
+    the middle size exactly; the critical path is the most loaded worker plus merge and finish."""
+    from petlab.experiments.split_bench import critical_pbs
+    from petlab.experiments.split_model import predicted_pbs, report
+
+    rows = []
+    for n, whole, critical in [(40, 200, 150), (160, 500, 300), (455, 1500, 800)]:
+        common = {
+            "dataset": "breast_cancer",
+            "d": 30,
+            "n": n,
+            "n_kept": n,
+            "compile_s": 1.0,
+            "eval_key_bytes": 1e6,
+        }
+        common |= {"query_bytes": 1, "result_bytes": 1, "stage_bytes": 0, "cpu_s_per_query": 1.0, "load": 1.0}
+        rows.append(
+            {
+                **common,
+                "parts": 1,
+                "config": "whole, in process",
+                "pbs": whole,
+                "pbs_model": whole,
+                "pbs_critical": whole,
+                "median_s": 0.01 * whole,
+                "correct": True,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "parts": 2,
+                "config": "split 2, LocalCluster(2)",
+                "pbs": 2 * critical,
+                "pbs_model": 2 * critical,
+                "pbs_critical": critical,
+                "median_s": 0.5 + 0.02 * critical,
+                "correct": True,
+            }
+        )
+    text = report(rows)
+    assert "t = 10.0 ms per PBS" in text and "h = 0.50 s + t1 = 20.0 ms" in text
+    assert "300 critical PBS: predicted 6.50 s, measured 6.50 s" in text
+    assert "exact on every row" in text
+    critical, whole = predicted_pbs("breast_cancer", 30, 100_000, 16)
+    assert 10 < whole / critical < 16  # linear work over 16 workers; the distances run in both passes
+    plan = build_fast_plan(np.arange(40).reshape(20, 2) % 16, np.arange(20) % 2, 2, 3, 4)
+    program = split_program(plan, 3, CONFIG)
+    per_stage = stage_pbs(plan, 3, CONFIG)
+    heaviest = max(per_stage[f"partition_{p}"] + per_stage[f"count_{p}"] for p in range(3))
+    assert critical_pbs(per_stage, program.graph, 3) == heaviest + per_stage["merge"] + per_stage["finish"]
