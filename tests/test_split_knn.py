@@ -288,9 +288,10 @@ def test_a_merge_tree_program_combines_every_partition_once(parts):
 
 
 def test_the_cost_model_recovers_a_known_latency_law():
-    """split-bench's model on synthetic rows that follow T = t PBS (whole, 10 ms) and
-    T = h + t1 PBS_critical (cluster, 0.5 s + 20 ms): the fit recovers t, h and t1 and predicts
-    the middle size exactly; the critical path is the most loaded worker plus merge and finish."""
+    """split-bench's model on synthetic rows that follow CPU = c PBS (whole, 2 ms; the split 3 ms)
+    and T = h + t1 PBS_critical (cluster, 0.5 s + 20 ms): the fit recovers c, the split's ratio, h
+    and t1 and predicts the middle size exactly; the critical path is the most loaded worker plus
+    merge and finish."""
     from petlab.experiments.split_bench import critical_pbs
     from petlab.experiments.split_model import predicted_pbs, report
 
@@ -304,7 +305,7 @@ def test_the_cost_model_recovers_a_known_latency_law():
             "compile_s": 1.0,
             "eval_key_bytes": 1e6,
         }
-        common |= {"query_bytes": 1, "result_bytes": 1, "stage_bytes": 0, "cpu_s_per_query": 1.0, "load": 1.0}
+        common |= {"query_bytes": 1, "result_bytes": 1, "stage_bytes": 0, "load": 1.0}
         rows.append(
             {
                 **common,
@@ -314,6 +315,7 @@ def test_the_cost_model_recovers_a_known_latency_law():
                 "pbs_model": whole,
                 "pbs_critical": whole,
                 "median_s": 0.01 * whole,
+                "cpu_s_per_query": 0.002 * whole,
                 "correct": True,
             }
         )
@@ -326,12 +328,15 @@ def test_the_cost_model_recovers_a_known_latency_law():
                 "pbs_model": 2 * critical,
                 "pbs_critical": critical,
                 "median_s": 0.5 + 0.02 * critical,
+                "cpu_s_per_query": 0.003 * 2 * critical,
                 "correct": True,
             }
         )
     text = report(rows)
-    assert "t = 10.0 ms per PBS" in text and "h = 0.50 s + t1 = 20.0 ms" in text
-    assert "300 critical PBS: predicted 6.50 s, measured 6.50 s" in text
+    assert "c = 2.0 ms CPU per PBS" in text and "3.0 ms CPU per PBS (1.50x)" in text
+    assert "h = 0.50 s + t1 = 20.0 ms" in text
+    assert "500 PBS: CPU predicted 1.00 s, measured 1.00 s" in text
+    assert "300 critical PBS: wall predicted 6.50 s, measured 6.50 s" in text
     assert "exact on every row" in text
     critical, whole = predicted_pbs("breast_cancer", 30, 100_000, 16)
     assert 10 < whole / critical < 16  # linear work over 16 workers; the distances run in both passes
