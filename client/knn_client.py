@@ -26,6 +26,7 @@ from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the 
 from petlab.client.files import default_cache_dir
 from petlab.client.parameter_check import check_security
 from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.families import encode_query, family
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.owner_only import private_directory, write_owner_only
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -50,6 +51,11 @@ class PreparedModel:
     key_id: str = ""
     keygen_seconds: float = 0.0
     key_bytes: int = 0
+
+    def encrypt_levels(self, levels: np.ndarray) -> bytes:
+        """Encrypt one quantized query in the encoding of the model's circuit family
+        (``ModelInfo.algorithm``: the levels themselves, or the thermo family's thermometer code)."""
+        return self.client.encrypt(encode_query(self.info.algorithm or "paper", levels, self.info.bits))
 
 
 @dataclass
@@ -79,6 +85,7 @@ class KnnRemote:
         directory = private_directory(self.cache_dir / _safe(self.server_label) / _safe(model) / digest[:16])
         client = KnnClient(reply.client_specs)
         quantizer = quantizer_of(reply.model)
+        family(reply.model.algorithm or "paper")  # ValueError: a family this client cannot encode for
         prepared = PreparedModel(reply.model, client, quantizer, directory)
         keys_file, id_file = directory / "keys.bin", directory / "key_id"
         loaded = False
@@ -114,7 +121,7 @@ class KnnRemote:
         )
 
         sent = 0
-        warmup = prepared.client.encrypt(np.zeros(prepared.info.d, dtype=np.int64))
+        warmup = prepared.encrypt_levels(np.zeros(prepared.info.d, dtype=np.int64))
 
         def chunks() -> Iterator[knn_pb2.KeyChunk]:
             nonlocal sent
@@ -148,7 +155,7 @@ class KnnRemote:
 
     def classify(self, prepared: PreparedModel, features: np.ndarray) -> int:
         """Class index of one row of raw features."""
-        query = prepared.client.encrypt(prepared.quantizer.transform(np.asarray(features, dtype=float)))
+        query = prepared.encrypt_levels(prepared.quantizer.transform(np.asarray(features, dtype=float)))
 
         def call():
             request = knn_pb2.ClassifyRequest(
@@ -163,7 +170,7 @@ class KnnRemote:
         answers: list[int] = []
         bar = tqdm(total=len(levels), desc="classifying", unit="row", disable=not self.show_progress)
         for start in range(0, len(levels), batch_size):
-            queries = [prepared.client.encrypt(q) for q in levels[start : start + batch_size]]
+            queries = [prepared.encrypt_levels(q) for q in levels[start : start + batch_size]]
 
             def call(queries=queries):
                 request = knn_pb2.ClassifyBatchRequest(

@@ -1,4 +1,5 @@
-"""Encrypted k-NN cost figures on Iris against n, for both circuit families in the same run.
+"""Encrypted k-NN cost figures against n, for the circuit families side by side in the same run,
+on any bundled data set (Iris by default) up to its whole training set (``--n all``).
 
 For each (algorithm, n): PBS count, compile and key-generation time, evaluation-key bytes
 (compressed as sent; raw = concrete's ``size_of_bootstrap_keys + size_of_keyswitch_keys``, the
@@ -9,6 +10,10 @@ client paid before), the first query after it and the steady-state median, the c
 median, and ``global_p_error`` (concrete's bound on a wrong lookup per evaluation). Every
 encrypted answer is checked against the clear reference of the same integer algorithm.
 Latencies are wall time on a shared 2-core machine: compare rows of one run, not across runs.
+``--owner-settings`` builds the thermo family with the data owner's bits and distance for the data
+set (``server.knn.datasets.owner_settings``). For thermo rows the cost model's PBS count
+(``crypto.knn.thermo.cost``, no compilation) stands beside concrete's; :func:`cost_model_table`
+turns the rows into PBS per point, seconds per PBS and an extrapolation to 10^5 points.
 Paper figures (Ameur et al., PSD 2022, Tables 4-5): 1.72 s per Iris query single-threaded, 0.46 s
 parallel, 28 KB per query.
 """
@@ -19,6 +24,7 @@ import argparse
 import csv
 import os
 import time
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -27,10 +33,18 @@ from tqdm import tqdm
 
 from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
 from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
-from petlab.crypto.knn.families import ALGORITHMS, classify_clear, compile_plan, default_config
+from petlab.crypto.knn.families import (
+    ALGORITHMS,
+    classify_clear,
+    compile_plan,
+    default_config,
+    encode_query,
+    family_of,
+)
 from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo import cost
 from petlab.experiments.machine import cpu_model
-from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 from petlab.server.knn.key_warmup import prepare_keys
 
 COLUMNS = [
@@ -44,6 +58,7 @@ COLUMNS = [
     "global_p_error",
     "strategy",
     "pbs_count",
+    "cost_model_pbs",
     "compile_s",
     "keygen_s",
     "eval_key_bytes_compressed",
@@ -63,7 +78,7 @@ COLUMNS = [
     "cores",
     "concrete_python",
 ]
-MARKDOWN_COLUMNS = COLUMNS[:23]
+MARKDOWN_COLUMNS = COLUMNS[:24]
 
 
 def _timed(function, *args):
@@ -73,21 +88,28 @@ def _timed(function, *args):
 
 
 def bench_one(
-    n: int,
+    n: int | None,
     queries: int,
     algorithm: str = "fast",
     config: CircuitConfig | None = None,
     k: int = 3,
     bits: int = 4,
     d: int | None = None,
+    dataset: str = "iris",
+    owner: bool = False,
 ) -> dict:
-    """One configuration on Iris (the first ``d`` features when given)."""
+    """One configuration on a bundled data set (the first ``d`` features when given; ``n`` None:
+    the whole training set; ``owner``: the thermo family with the owner's bits and distance)."""
     config = config or default_config(algorithm)
-    train, test = load_bundled("iris").split()
+    train, test = load_bundled(dataset).split()
     columns = slice(None) if d is None else slice(0, d)
     settings = KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
-    model = build_model("iris", train.features[:, columns], train.labels, settings)
+    if owner and algorithm == "thermo":
+        settings = replace(owner_settings(dataset), n=n, k=k)
+    bounds = bundled_public_bounds(dataset) if d is None else None
+    model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
+    bits = model.plan.bits
 
     circuit, compile_seconds = _timed(compile_plan, model.plan, config)
     statistics = circuit_statistics(circuit)
@@ -97,32 +119,37 @@ def bench_one(
 
     # before: the first query on freshly deserialised keys pays their preparation
     cold_keys = parse_evaluation_keys(key_bytes)
-    ciphertext = client.encrypt(levels[0])
+
+    def encrypt(query):
+        return client.encrypt(encode_query(algorithm, query, bits))
+
+    ciphertext = encrypt(levels[0])
     result, unprepared = _timed(run_encrypted, circuit.server, cold_keys, parse_ciphertext(ciphertext))
     answers = [client.decrypt_class(result)]
     del cold_keys
     # now: registration prepares the keys with the client's warm-up query
     keys = parse_evaluation_keys(key_bytes)
-    warmup = client.encrypt(np.zeros(model.d, dtype=np.int64))
+    warmup = encrypt(np.zeros(model.d, dtype=np.int64))
     _, preparation = _timed(prepare_keys, circuit.server, keys, warmup)
     latencies = []
     for query in tqdm(levels[1:], desc=f"{algorithm} n={n} encrypted queries", leave=False):
-        result, seconds = _timed(run_encrypted, circuit.server, keys, parse_ciphertext(client.encrypt(query)))
+        result, seconds = _timed(run_encrypted, circuit.server, keys, parse_ciphertext(encrypt(query)))
         latencies.append(seconds)
         answers.append(client.decrypt_class(result))
     clear_times = [_timed(classify_clear, model.plan, query)[1] for query in levels]
     steady = latencies[1:] or latencies
     return {
         "algorithm": algorithm,
-        "dataset": "iris",
-        "n": n,
-        "n_kept": model.plan.n,  # Iris has 120 training rows: a larger n keeps them all
+        "dataset": dataset,
+        "n": n if n is not None else "all",
+        "n_kept": model.plan.n,  # a larger n than the training rows keeps them all
         "k": k,
         "bits": bits,
         "d": model.d,
         "global_p_error": config.global_p_error,
         "strategy": config.parameter_selection_strategy,
         "pbs_count": statistics["pbs_count"],
+        "cost_model_pbs": predicted_pbs(model.plan),
         "compile_s": round(compile_seconds, 2),
         "keygen_s": round(keygen_seconds, 2),
         "eval_key_bytes_compressed": len(key_bytes),
@@ -144,29 +171,79 @@ def bench_one(
     }
 
 
+def predicted_pbs(plan) -> int | str:
+    """The thermo family's cost model (``crypto.knn.thermo.cost``); empty for other families."""
+    if family_of(plan).name != "thermo":
+        return ""
+    return cost.count(np.bincount(plan.labels, minlength=plan.n_classes).tolist(), plan.k, plan.spec).total
+
+
+def cost_model_table(rows: list[dict]) -> str:
+    """Per (data set, family): PBS per training point (slope between the smallest and largest n
+    measured), seconds per PBS at the largest n, and both extrapolated to 10^5 training points
+    (the same per-PBS time: concrete's parameters grow slowly with the PBS count, so this is a
+    lower bound)."""
+    lines = [
+        "| data set | family | n range | PBS per point | s per PBS at largest n | PBS at 10^5 "
+        "| s at 10^5 (2 cores) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["dataset"], row["algorithm"]), []).append(row)
+    for (dataset, algorithm), mine in groups.items():
+        mine = sorted(mine, key=lambda r: r["n_kept"])
+        low, high = mine[0], mine[-1]
+        if high["n_kept"] == low["n_kept"] or algorithm == "paper":
+            continue
+        slope = (high["pbs_count"] - low["pbs_count"]) / (high["n_kept"] - low["n_kept"])
+        per_pbs = high["server_median_s"] / high["pbs_count"]
+        at_scale = high["pbs_count"] + slope * (100_000 - high["n_kept"])
+        lines.append(
+            f"| {dataset} | {algorithm} | {low['n_kept']}-{high['n_kept']} | {slope:.2f} | "
+            f"{per_pbs * 1000:.1f} ms | {at_scale:,.0f} | {at_scale * per_pbs:,.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def run_bench(
-    ns: list[int],
+    ns: list[int | None],
     queries: int,
     out: Path,
     algorithms: list[str],
     config: CircuitConfig | None = None,
     paper_max_n: int = 40,
+    datasets: tuple[str, ...] = ("iris",),
+    owner: bool = False,
+    fast_max_n: int | None = None,
 ) -> int:
-    """Both algorithms side by side; the paper's circuit only up to ``paper_max_n`` (its cost
-    grows with n^2: about 55 s per query at n = 40 here, so n = 80 and 160 would take hours)."""
+    """The families side by side; the paper's circuit only up to ``paper_max_n`` (its cost grows
+    with n^2: about 55 s per query at n = 40 here, so n = 80 and 160 would take hours), the fast
+    one up to ``fast_max_n`` when given. ``None`` in ``ns``: the whole training set."""
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    for n in tqdm(ns, desc="values of n"):
-        for algorithm in algorithms:
-            if algorithm == "paper" and n > paper_max_n:
-                continue
-            rows.append(bench_one(n, queries, algorithm, config or default_config(algorithm)))
-            tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
+    for dataset in datasets:
+        for n in tqdm(ns, desc=f"values of n ({dataset})"):
+            for algorithm in algorithms:
+                limit = {"paper": paper_max_n, "fast": fast_max_n}.get(algorithm)
+                if limit is not None and (n is None or n > limit):
+                    continue
+                rows.append(
+                    bench_one(
+                        n,
+                        queries,
+                        algorithm,
+                        config or default_config(algorithm),
+                        dataset=dataset,
+                        owner=owner,
+                    )
+                )
+                tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    out.with_suffix(".md").write_text(markdown_table(rows))
+    out.with_suffix(".md").write_text(markdown_table(rows) + "\n" + cost_model_table(rows))
     print(f"wrote {len(rows)} rows to {out} and {out.with_suffix('.md')}")
     return 0 if all(r["encrypted_equals_clear"] for r in rows) else 1
 
@@ -182,7 +259,18 @@ def markdown_table(rows: list[dict]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
-    parser.add_argument("--n", type=int, nargs="+", default=[10, 20, 40], help="values of n")
+    parser.add_argument(
+        "--n",
+        type=_n_value,
+        nargs="+",
+        default=[10, 20, 40],
+        help="values of n ('all': the whole training set)",
+    )
+    parser.add_argument("--dataset", nargs="+", choices=list(BUNDLED), default=["iris"])
+    parser.add_argument(
+        "--owner-settings", action="store_true", help="thermo with the owner's bits and distance per data set"
+    )
+    parser.add_argument("--fast-max-n", type=int, default=None, help="largest n for the fast circuit")
     parser.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
     parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
     parser.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
@@ -209,4 +297,23 @@ def run(args: argparse.Namespace) -> int:
         if custom
         else None
     )
-    return run_bench(args.n, args.queries, args.out, args.algorithm, config, args.paper_max_n)
+    return run_bench(
+        args.n,
+        args.queries,
+        args.out,
+        args.algorithm,
+        config,
+        args.paper_max_n,
+        tuple(args.dataset),
+        args.owner_settings,
+        args.fast_max_n,
+    )
+
+
+def _n_value(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"n must be an integer or 'all', got {text!r}") from None

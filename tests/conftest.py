@@ -42,10 +42,14 @@ def iris_model(iris_split) -> KnnModel:
 
 @pytest.fixture(scope="session")
 def iris_fast_model(iris_split) -> KnnModel:
-    """The fast algorithm (the default), n = 40, k = 3, 4 bits."""
+    """The fast algorithm, n = 40, k = 3, 4 bits."""
     train, _ = iris_split
     return build_model(
-        "iris", train.features, train.labels, KnnSettings(n=40, k=3, bits=4), train.class_names
+        "iris",
+        train.features,
+        train.labels,
+        KnnSettings(n=40, k=3, bits=4, algorithm="fast"),
+        train.class_names,
     )
 
 

@@ -24,7 +24,7 @@ from petlab.server.knn.datasets import load_bundled
 from petlab.server.knn.service import key_tag
 from petlab.server.main import parse_args
 
-SETTINGS = KnnSettings(n=6, k=3, bits=4)  # the fast circuit, shared with test_grpc's compilation
+SETTINGS = KnnSettings(n=6, k=3, bits=4, algorithm="fast")  # shared with test_grpc
 KNN = "petlab.knn.v1.KnnService"
 
 

@@ -28,7 +28,9 @@ from petlab.server.knn.datasets import load_bundled
 @pytest.fixture(scope="module")
 def tiny_model():
     data = load_bundled("iris")
-    return build_model("iris-tiny", data.features, data.labels, KnnSettings(n=6, k=3, bits=4))
+    return build_model(
+        "iris-tiny", data.features, data.labels, KnnSettings(n=6, k=3, bits=4, algorithm="fast")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def test_query_of_another_shape_is_rejected(tiny_compiled, tiny_keys, hosted_mod
     own = run_encrypted(compiled.server, keys, parse_ciphertext(tiny_client.encrypt(np.zeros(4))))
     assert tiny_client.decrypt_class(own) in (0, 1, 2)
 
-    wine = hosted_model("wine", KnnSettings(n=6, k=3))  # the session's, shared with test_grpc
+    wine = hosted_model("wine", KnnSettings(n=6, k=3, algorithm="fast"))  # shared with test_grpc
     other = KnnClient(client_specs_bytes(wine.server))
     other.generate_keys(secret_seed=3, encryption_seed=4)
     foreign = parse_ciphertext(other.encrypt(np.zeros(13, dtype=np.int64)))

@@ -75,7 +75,7 @@ def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch
 
 @pytest.fixture(scope="module")
 def server(serve, hosted_model, tmp_path_factory):
-    hosted = hosted_model("iris", KnnSettings(n=4, k=1))
+    hosted = hosted_model("iris", KnnSettings(n=4, k=1, algorithm="fast"))
     with serve(tmp_path_factory.mktemp("wire"), {"iris": hosted}, enable_paillier_baseline=True) as running:
         yield running, hosted.model
 

@@ -77,7 +77,7 @@ def test_reference_equals_brute_force(name):
     data = load_bundled(name)
     rng = np.random.default_rng(1)
     for n, k in [(40, 3), (12, 5), (7, 7)]:
-        model = build_model(name, data.features, data.labels, KnnSettings(n=n, k=k))
+        model = build_model(name, data.features, data.labels, KnnSettings(n=n, k=k, algorithm="fast"))
         plan = model.plan
         held = model.quantizer.transform(data.features[::7])
         queries = np.vstack([held, rng.integers(0, 16, (200, plan.d))])
@@ -154,7 +154,7 @@ def test_iris_circuit_makes_linear_many_lookups(iris_fast_circuit, iris_fast_mod
 @pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 3), (4, 2), (10, 3), (11, 5)])
 def test_small_n_simulation_equals_reference(n, k, simulate_all):
     data = load_bundled("iris")
-    model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=k))
+    model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=k, algorithm="fast"))
     circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)
     queries = np.random.default_rng(n).integers(0, 16, size=(40, 4))
     expected_classes = classify(model.plan, queries)
@@ -166,7 +166,7 @@ def test_ten_classes_equal_votes_and_coarsening_in_simulation(simulate_all):
     many equal distances and equal votes, so every tie rule runs inside the circuit."""
     data = load_bundled("digits")
     features = data.features[:, [18, 19, 20, 21, 26, 27, 28, 29, 34, 35, 36, 37, 42, 43, 44, 45]]
-    model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2))
+    model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2, algorithm="fast"))
     plan = model.plan
     assert plan.scale.coarsened
     circuit = compile_fast_circuit(plan, CONFIG, simulation=True)
@@ -181,7 +181,7 @@ def test_ten_classes_equal_votes_and_coarsening_in_simulation(simulate_all):
 
 def test_wine_simulation_equals_reference(simulate_all):
     data = load_bundled("wine")
-    model = build_model("wine", data.features, data.labels, KnnSettings(n=16, k=3))
+    model = build_model("wine", data.features, data.labels, KnnSettings(n=16, k=3, algorithm="fast"))
     circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)
     queries = np.vstack(
         [model.quantizer.transform(data.features[::9]), np.random.default_rng(2).integers(0, 16, (20, 13))]
@@ -218,7 +218,7 @@ def test_server_algorithm_flag_and_environment(monkeypatch):
     from petlab.server.main import parse_args
 
     options, _ = parse_args(["serve", "--model", "iris"])
-    assert options.settings.algorithm == "fast"
+    assert options.settings.algorithm == "thermo"  # the default family (issue 25)
     monkeypatch.setenv("PETLAB_ALGORITHM", "paper")
     options, _ = parse_args(["serve", "--model", "iris"])
     assert options.settings.algorithm == "paper"

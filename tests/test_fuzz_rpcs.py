@@ -53,7 +53,7 @@ ANALYSES = [
 
 @pytest.fixture(scope="module")
 def running(serve, hosted_model, tmp_path_factory):
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     with serve(
         tmp_path_factory.mktemp("fuzz-server"),
         hosted,
@@ -257,7 +257,7 @@ def token_server(serve, hosted_model, tmp_path_factory):
     tokens = directory / "tokens"
     tokens.write_text("alice alice-token-0123456789abcdef\n")
     tokens.chmod(0o600)
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     with serve(directory / "data", hosted, tokens=tokens) as server:
         yield server
 

@@ -22,7 +22,7 @@ from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.knn.datasets import load_bundled
 from petlab.server.main import parse_args
 
-SETTINGS = KnnSettings(n=6, k=3, bits=4)
+SETTINGS = KnnSettings(n=6, k=3, bits=4, algorithm="fast")
 
 
 @pytest.fixture(scope="module")
@@ -458,7 +458,10 @@ def test_keys_for_an_earlier_circuit_are_never_used(serve, hosted_model, tmp_pat
     start."""
     from petlab.server.knn.service import key_tag
 
-    old, new = hosted_model("iris", KnnSettings(n=6, k=3)), hosted_model("iris", KnnSettings(n=8, k=3))
+    old, new = (
+        hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast")),
+        hosted_model("iris", KnnSettings(n=8, k=3, algorithm="fast")),
+    )
     assert key_tag(old) != key_tag(new)
     with serve(tmp_path, {"iris": old}) as running:
         stored = running.keys.put(key_tag(old), "", 16, hashlib.sha256(b"k" * 16).hexdigest(), [b"k" * 16])

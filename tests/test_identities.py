@@ -30,7 +30,7 @@ ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-fedcba9876543210"
 
 @pytest.fixture(scope="module")
 def hosted(hosted_model):
-    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
 
 
 def tokens_file(directory: Path, text: str = f"alice {ALICE}\nbob {BOB}\n", mode: int = 0o600) -> Path:

@@ -52,7 +52,7 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
         yield
 
     limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     with (
         serve(tmp_path, hosted, limits=limits) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,

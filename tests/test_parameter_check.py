@@ -23,7 +23,7 @@ from petlab.crypto.knn.model import KnnSettings
 
 @pytest.fixture(scope="module")
 def hosted(hosted_model):
-    return hosted_model("iris", KnnSettings(n=6, k=3))
+    return hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def test_csv_model_publishes_the_bounds_file_not_its_training_extremes(tmp_path)
     maxima, each typically one person's value. A CSV model now needs a public bounds file, and
     that is what is published."""
     path, features = _csv(tmp_path, np.random.default_rng(3))
-    settings = KnnSettings(n=4, k=1)
+    settings = KnnSettings(n=4, k=1, algorithm="fast")
     options = ServerOptions(data_dir=tmp_path / "srv", models=[f"owner={path}"], settings=settings)
     with pytest.raises(ValueError, match="--bounds owner=FILE"):
         load_models(options)

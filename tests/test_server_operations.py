@@ -28,7 +28,7 @@ from petlab.server.main import parse_args
 @pytest.fixture(scope="module")
 def hosted(hosted_model):
     """One small compiled model (the session's, shared with test_grpc) for every server here."""
-    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    return {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
 
 
 def make_cert(common_name: str, issuer_key=None, issuer_name=None, is_ca=False):

@@ -51,7 +51,7 @@ def test_controller_answers_while_knn_calls_take_every_thread_they_may(
 ):
     """Attack: more blocked k-NN calls than the server has threads. Those past the k-NN share are
     refused at once (RESOURCE_EXHAUSTED), and the controller's reserved threads answer it."""
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     options = {
         "analysis_data": acs_sample_path(),
         "open_analysis": True,
@@ -79,7 +79,7 @@ def test_controller_answers_while_knn_calls_take_every_thread_they_may(
 
 
 def test_a_call_past_the_server_time_limit_is_cancelled(serve, hosted_model, tmp_path, blocking_list_models):
-    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3))}
+    hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
     with (
         serve(tmp_path, hosted, call_seconds=1.0) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,

@@ -1,6 +1,9 @@
 """The registry of encrypted k-NN circuit families, selected by name.
 
-``"fast"`` (default): the O(n)-lookup exact algorithm of ``crypto.knn.fast``;
+``"thermo"`` (default): distances without lookups from a thermometer-coded query, ``crypto.knn.thermo``
+(the fastest on every shipped data set, README "Cost": no public fact (d, bits, n) of those sets makes
+another family cheaper, so the default does not depend on them);
+``"fast"``: the O(n)-lookup exact algorithm of ``crypto.knn.fast``;
 ``"paper"``: the delta-matrix circuit of Ameur et al. (PSD 2022, Section 3), ``crypto.knn.paper``.
 Callers name a family or hand over a plan; nothing outside ``crypto.knn`` needs to know which runs.
 A new family: a subpackage defining ``FAMILY`` (``crypto.knn.family.KnnFamily``) and one entry below.
@@ -11,13 +14,15 @@ from __future__ import annotations
 import numpy as np
 from concrete import fhe
 
-from petlab.crypto.knn import fast, paper
+from petlab.crypto.knn import fast, paper, thermo
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.family import KnnFamily
 
-FAMILIES: dict[str, KnnFamily] = {family.name: family for family in (fast.FAMILY, paper.FAMILY)}
+FAMILIES: dict[str, KnnFamily] = {
+    family.name: family for family in (fast.FAMILY, paper.FAMILY, thermo.FAMILY)
+}
 ALGORITHMS = tuple(FAMILIES)
-DEFAULT_ALGORITHM = "fast"
+DEFAULT_ALGORITHM = "thermo"
 
 
 def family(name: str) -> KnnFamily:
@@ -61,3 +66,9 @@ def split_program(plan, parts: int, config: CircuitConfig):
     if family.split is None:
         raise ValueError(f"the {family.name} family cannot split one query over partitions")
     return family.split(plan, parts, config)
+
+
+def encode_query(algorithm: str, levels: np.ndarray, bits: int) -> np.ndarray:
+    """What a client encrypts for quantized ``levels`` under the named family (public: it needs only
+    ``ModelInfo.algorithm`` and ``bits``)."""
+    return family(algorithm).encode(np.asarray(levels, dtype=np.int64), bits)

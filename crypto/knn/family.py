@@ -20,11 +20,18 @@ from concrete import fhe
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.split.program import SplitProgram
 
-# (train levels, labels, n_classes, k, bits) -> plan
-PlanBuilder = Callable[[np.ndarray, np.ndarray, int, int, int], Any]
+# (train levels, labels, n_classes, k, bits, **family options) -> plan
+PlanBuilder = Callable[..., Any]
 # (train levels, labels, k, n_classes, queries) -> classes: the rule training-point selection
 # scores subsets with (``crypto.knn.training_points``); the one the circuit computes
 SelectionRule = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], np.ndarray]
+# (quantized levels, 1-D or 2-D; bits) -> what the client encrypts
+QueryEncoder = Callable[[np.ndarray, int], np.ndarray]
+
+
+def levels_as_they_are(levels: np.ndarray, bits: int) -> np.ndarray:
+    """The encoding of the fast and paper families: the quantized levels themselves."""
+    return np.asarray(levels, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -36,11 +43,15 @@ class KnnFamily:
     build_plan: the clear constants of the circuit for a quantized training set.
     compile: ``(plan, config, simulation) -> fhe.Circuit``.
     classify_clear: ``(plan, queries) -> classes``, the clear reference of the same integer algorithm.
-    selection_rule: ``bits -> rule`` used to choose the n training points the circuit keeps.
+    selection_rule: ``(bits, **family options) -> rule`` used to choose the n training points the
+        circuit keeps (family options: ``KnnSettings.distance`` for thermo).
     config: the measured default compilation settings of this family.
     split: ``(plan, parts, config) -> crypto.knn.split.program.SplitProgram``, the same algorithm
         as stages over P partitions of the training set (one query over many workers), or None
         when the family cannot be split.
+    encode: ``(levels, bits) -> array``: what the client encrypts for a quantized query (public:
+        a client picks it by ``ModelInfo.algorithm``); the levels themselves unless the family
+        says otherwise.
     """
 
     name: str
@@ -49,6 +60,7 @@ class KnnFamily:
     build_plan: PlanBuilder
     compile: Callable[[Any, CircuitConfig, bool], fhe.Circuit]
     classify_clear: Callable[[Any, np.ndarray], np.ndarray]
-    selection_rule: Callable[[int], SelectionRule]
+    selection_rule: Callable[..., SelectionRule]
     config: CircuitConfig
     split: Callable[[Any, int, CircuitConfig], SplitProgram] | None = None
+    encode: QueryEncoder = levels_as_they_are

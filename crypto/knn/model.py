@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.families import DEFAULT_ALGORITHM, family, family_of
 from petlab.crypto.knn.quantization import MinMaxQuantizer
+from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.crypto.knn.training_points import Selection, select_training_points
 
 # Bump when the circuit's construction changes, so cached compilations are not reused.
@@ -34,17 +35,20 @@ class KnnSettings:
     """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
     the circuit family (``"fast"``, the default, or the paper's ``"paper"``; ``crypto.knn.families``)."""
 
-    n: int = 40
+    n: int | None = 40  # None: the whole training set
     k: int = 3
     bits: int = 4
     seed: int = 0
     algorithm: str = DEFAULT_ALGORITHM
+    distance: DistanceChoice | None = None  # thermo only: the owner's distance (None: its default)
 
     def __post_init__(self) -> None:
         family(self.algorithm)  # ValueError for an unknown family
-        if self.n < 2:
+        if self.distance is not None and self.algorithm != "thermo":
+            raise ValueError("a distance choice applies to the thermo family only")
+        if self.n is not None and self.n < 2:
             raise ValueError(f"n must be at least 2, got {self.n}")
-        if not 1 <= self.k <= self.n:
+        if not 1 <= self.k <= (self.n if self.n is not None else self.k):
             raise ValueError(f"k must be between 1 and n = {self.n}, got {self.k}")
 
 
@@ -88,6 +92,7 @@ class KnnModel:
             "bits": self.plan.bits,
             "n_classes": self.plan.n_classes,
             "algorithm": self.algorithm,
+            "distance": repr(getattr(self.plan, "spec", None)),  # the thermo family's public distance
             "config": config.to_dict(),
             "concrete": version("concrete-python"),
             "format": CIRCUIT_FORMAT_VERSION,
@@ -132,14 +137,15 @@ def build_model(
                 f"public bounds cover {quantizer.n_features} features, the data has {features.shape[1]}"
             )
     levels = quantizer.transform(features)
+    options = {} if settings.distance is None else {"distance": settings.distance}
     selection = select_training_points(
         levels,
         labels,
-        settings.n,
+        len(levels) if settings.n is None else settings.n,
         settings.k,
         n_classes,
         seed=settings.seed,
-        classifier=family(settings.algorithm).selection_rule(settings.bits),
+        classifier=family(settings.algorithm).selection_rule(settings.bits, **options),
     )
     plan = family(settings.algorithm).build_plan(
         levels[selection.indices],
@@ -147,6 +153,7 @@ def build_model(
         n_classes,
         settings.k,
         settings.bits,
+        **options,
     )
     names = tuple(class_names) if class_names is not None else tuple(str(c) for c in range(n_classes))
     feature_names = (

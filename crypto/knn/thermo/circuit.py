@@ -1,0 +1,115 @@
+"""The thermometer family's circuit, compiled with concrete-python from a :class:`ThermoPlan`.
+
+Steps and cost are in ``crypto.knn.thermo.plan``; the clear twin is ``crypto.knn.thermo.reference``
+and both run the same :class:`crypto.knn.thermo.network.MergeProgram`. Circuit-specific choices:
+
+- Distances: ``code @ weights + offsets``, a clear matrix product (no PBS).
+- Reduction (when the plan's spec needs it): exact ``fhe.truncate_bit_pattern`` of the ``shift`` low
+  bits, then one saturating lookup that concrete evaluates at ``raw_bits - shift`` bits.
+- Compare-exchange: ``m = min(a - b, 0)`` (one lookup per comparator, a whole layer at once),
+  ``low = b + m``, ``high = a - m``. Operands are gathered with clear index arrays (no PBS).
+- ``fhe.hint`` pins distances to ``distance_bits`` and differences to ``compare_bits``: the widths
+  are those of every well-formed code, whatever the input set reached.
+- Fillers of classes with fewer than k points are clear at build time: their comparators and
+  indicators are decided then and cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from concrete import fhe
+
+from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.fast.plan import class_pairs, pair_matrices
+from petlab.crypto.knn.ranges import signed_bit_width
+from petlab.crypto.knn.thermo.encoding import thermometer
+from petlab.crypto.knn.thermo.plan import ThermoPlan
+
+# a class decided by one lookup of the packed pairwise bits while there are at most this many pairs
+PACKED_PAIRS = 3
+
+
+def packed_winner_table(n_classes: int) -> list[int]:
+    """Class index for each packing ``sum_p 2^p beats_p`` of the pairwise bits
+    ``beats_p = [votes_c >= votes_c']`` (pairs p in :func:`class_pairs` order): the class that
+    beats every other. Packings no vote vector produces (cyclic) map to 0."""
+    first, second = class_pairs(n_classes)
+    table = []
+    for packing in range(1 << len(first)):
+        beats = {
+            (int(c), int(o)): (packing >> p) & 1 for p, (c, o) in enumerate(zip(first, second, strict=True))
+        }
+        winners = [
+            c
+            for c in range(n_classes)
+            if all(beats[(c, o)] if c < o else not beats[(o, c)] for o in range(n_classes) if o != c)
+        ]
+        table.append(winners[0] if winners else 0)
+    return table
+
+
+def circuit_function(plan: ThermoPlan) -> Callable:
+    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
+    spec, program = plan.spec, plan.program
+    weights, offsets = plan.weights, plan.offsets
+    dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
+    negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
+    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
+    reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
+    real = program.real_list_slots
+    slots = np.asarray([s for _, s in real], dtype=np.int64)
+    onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
+    onehot[np.arange(len(real)), [c for c, _ in real]] = 1
+    diff, win, win_offsets = pair_matrices(plan.n_classes)
+    n_pairs, n_classes = diff.shape[1], plan.n_classes
+    packed = (
+        fhe.LookupTable(packed_winner_table(n_classes)) if n_classes > 2 and n_pairs <= PACKED_PAIRS else None
+    )
+    pack = 1 << np.arange(n_pairs)
+    is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
+    wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
+
+    def exchange(a, b):
+        m = negative_part(fhe.hint(a - b, bit_width=cmp_bits))
+        return fhe.hint(b + m, bit_width=dist_bits), fhe.hint(a - m, bit_width=dist_bits)
+
+    def knn(code):
+        raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
+        if reduction is not None:
+            if spec.shift:
+                raw = fhe.truncate_bit_pattern(raw, spec.shift)
+            distances = reduction[raw]
+        else:
+            distances = raw
+        store = program.run(
+            fhe.hint(distances, bit_width=dist_bits), exchange, lambda parts: np.concatenate(tuple(parts))
+        )
+        inside = at_most_zero(fhe.hint(store[slots] - store[program.kth], bit_width=cmp_bits))
+        votes = inside @ onehot
+        beats = fhe.hint(votes @ diff - 1, bit_width=plan.vote_gap_bits) < 0
+        if n_classes == 2:
+            return 1 - beats[0]
+        if packed is not None:
+            return packed[beats @ pack]
+        wins = fhe.hint(beats @ win + win_offsets, bit_width=wins_bits)
+        # a dot product with np.arange simulated wrongly (concrete 2.11, fast family); a sum is right
+        return np.sum(is_winner(wins) * np.arange(n_classes))
+
+    return knn
+
+
+def compile_inputset(plan: ThermoPlan, seed: int = 0, random_queries: int = 64) -> list[np.ndarray]:
+    """Codes of the training points, seeded random queries and the box's two extreme corners (the
+    hints fix every width; the set only has to be representative)."""
+    rng = np.random.default_rng(seed)
+    levels = [*plan.train, *rng.integers(0, plan.max_level + 1, size=(random_queries, plan.d))]
+    levels += [np.zeros(plan.d, dtype=np.int64), np.full(plan.d, plan.max_level)]
+    return [thermometer(np.asarray(q, dtype=np.int64), plan.bits) for q in levels]
+
+
+def compile_thermo_circuit(plan: ThermoPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
+    """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
+    compiler = fhe.Compiler(circuit_function(plan), {"code": "encrypted"})
+    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
