@@ -1,8 +1,9 @@
 """One encrypted query over many workers (issue 25): cost against n up to each data set's whole
 training set, whole circuit in process against the split module on ``LocalCluster(2)``.
 
-``petlab-experiments split-bench`` measures, for each data set and n (the fast family, k = 3,
-4-bit features, training points chosen as ``petlab-server`` does), in one run:
+``petlab-experiments split-bench`` measures, for each data set and n (``--algorithm``: the default
+family with the data owner's settings, ``server.knn.datasets.owner_settings``, or ``fast`` at
+k = 3 and 4-bit features; training points chosen as ``petlab-server`` does), in one run:
 
 * ``whole, in process``: the unsplit circuit (the default on one machine) through
   ``LocalEvaluator``, the path ``petlab-server`` takes without a cluster;
@@ -12,9 +13,9 @@ training set, whole circuit in process against the split module on ``LocalCluste
 * ``split P, LocalCluster(P)``: the same module through ``ClusterEvaluator`` on a ``LocalCluster``
   of P worker processes (one thread each, its share of the cores), the path of ``--local-workers``.
 
-Per row: PBS (the compiled count, and the cost model's prediction from public figures,
-``crypto.knn.fast.split.stage_pbs``), PBS on the critical path (the most loaded worker's stages
-plus merge and finish), compile seconds, evaluation-key bytes (compressed, as uploaded) and raw
+Per row: PBS per query (the compiled count, and the family's cost model from public figures:
+``stage_pbs`` of ``crypto.knn.<family>.split``), PBS on the critical path (the longest chain of
+stages, one worker per partition), compile seconds, evaluation-key bytes (compressed, as uploaded) and raw
 key material, bytes up and down per query, bytes between stages, latency (median of the timed
 queries after one untimed query that prepares the keys), the evaluating processes' CPU seconds per
 query, the load average, and whether every answer equals the clear reference. Every encrypted
@@ -30,21 +31,41 @@ import hashlib
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import psutil
 
 from petlab.crypto.knn.config import circuit_statistics
-from petlab.crypto.knn.deployment import KnnClient, client_specs_bytes, parse_ciphertext, run_stage
-from petlab.crypto.knn.families import compile_plan, default_config
-from petlab.crypto.knn.fast.reference import classify
-from petlab.crypto.knn.fast.split import split_program, stage_pbs
+from petlab.crypto.knn.deployment import (
+    KnnClient,
+    client_specs_bytes,
+    parse_ciphertext,
+    parse_evaluation_keys,
+    run_stage,
+)
+from petlab.crypto.knn.families import (
+    DEFAULT_ALGORITHM,
+    classify_clear,
+    compile_plan,
+    default_config,
+    encode_query,
+    family_of,
+    split_program,
+)
 from petlab.crypto.knn.model import KnnSettings, build_model
-from petlab.crypto.knn.split.program import StageGraph, compile_program, module_statistics, run_graph
-from petlab.server.knn.datasets import bundled_public_bounds, load_bundled
+from petlab.crypto.knn.split.program import (
+    compile_program,
+    critical_path_pbs,
+    graph_pbs,
+    module_statistics,
+    run_graph,
+)
+from petlab.server.knn.datasets import bundled_public_bounds, load_bundled, owner_settings
 
 COLUMNS = [
+    "algorithm",
     "dataset",
     "d",
     "n",
@@ -66,11 +87,11 @@ COLUMNS = [
     "load",
     "correct",
 ]
-DEFAULT_SIZES = {
-    "iris": [40, 120],
-    "wine": [40, 142],
-    "breast_cancer": [40, 160, 455],
-    "digits": [40, 160, 1437],
+DEFAULT_SIZES: dict[str, list[int | None]] = {  # None: the whole training set
+    "iris": [40, None],
+    "wine": [40, None],
+    "breast_cancer": [40, 160, None],
+    "digits": [40, 160, None],
 }
 
 
@@ -85,14 +106,22 @@ def _timed(function, *args):
     return result, time.perf_counter() - started
 
 
-def model_for(dataset: str, n: int):
+def settings_for(algorithm: str, dataset: str, n: int | None) -> KnnSettings:
+    """The data owner's settings for the default family (``owner_settings``) at ``n``; k = 3 and
+    4 bits for another family."""
+    owner = owner_settings(dataset)
+    if algorithm == owner.algorithm:
+        return replace(owner, n=n)
+    return KnnSettings(n=n, k=3, bits=4, algorithm=algorithm)
+
+
+def model_for(algorithm: str, dataset: str, n: int | None):
     train, test = load_bundled(dataset).split()
-    settings = KnnSettings(n=min(n, len(train.labels)), k=3, bits=4)
     model = build_model(
         dataset,
         train.features,
         train.labels,
-        settings,
+        settings_for(algorithm, dataset, n),
         train.class_names,
         train.feature_names,
         public_bounds=bundled_public_bounds(dataset),
@@ -100,21 +129,20 @@ def model_for(dataset: str, n: int):
     return model, model.quantizer.transform(test.features)
 
 
-def critical_pbs(per_stage: dict[str, int], graph: StageGraph, workers: int) -> int:
-    """PBS on the longest path when partition p's stages run on worker p mod W and the merge and
-    finish stages after them: the most loaded worker's partition stages, plus the rest."""
-    load = [0] * workers
-    rest = 0
-    for node in graph.nodes:
-        if node.partition is None:
-            rest += per_stage[node.stage]
-        else:
-            load[node.partition % workers] += per_stage[node.stage]
-    return max(load) + rest
+def whole_pbs_model(plan, config) -> int:
+    """The whole circuit's PBS by its family's cost model."""
+    if family_of(plan).name == "fast":
+        from petlab.crypto.knn.fast.split import whole_pbs
+
+        return whole_pbs(plan, config)
+    from petlab.crypto.knn.thermo.cost import count
+
+    return count(np.bincount(plan.labels, minlength=plan.n_classes).tolist(), plan.k, plan.spec).total
 
 
 def _row(dataset, model, parts, config, **values) -> dict:
     return {
+        "algorithm": model.algorithm,
         "dataset": dataset,
         "d": model.d,
         "n_kept": model.plan.n,
@@ -135,14 +163,14 @@ def _keys(client: KnnClient, directory: Path) -> tuple[Path, int]:
 def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, scratch: Path) -> dict:
     from petlab.server.knn.evaluators import Evaluation, LocalEvaluator
 
-    config = default_config("fast")
+    config = default_config(model.algorithm)
     circuit, compile_seconds = _timed(compile_plan, model.plan, config)
     statistics = circuit_statistics(circuit)
     client = KnnClient(client_specs_bytes(circuit.server))
     client.generate_keys()
     key_path, key_bytes = _keys(client, scratch)
     evaluator = LocalEvaluator({dataset: circuit.server})
-    ciphertexts = [client.encrypt(q) for q in levels[: queries + 1]]
+    ciphertexts = [encrypt(client, model, q) for q in levels[: queries + 1]]
     answers, latencies = [], []
     cpu = 0.0
     for i, ciphertext in enumerate(ciphertexts):  # the first prepares the keys (untimed)
@@ -152,8 +180,6 @@ def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, s
             latencies.append(seconds)
             cpu += _cpu_seconds() - before
         answers.append(client.decrypt_class(answer))
-    from petlab.crypto.knn.fast.split import whole_pbs
-
     return _row(
         dataset,
         model,
@@ -161,7 +187,7 @@ def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, s
         "whole, in process",
         n=n,
         pbs=statistics["pbs_count"],
-        pbs_model=whole_pbs(model.plan, config),
+        pbs_model=whole_pbs_model(model.plan, config),
         pbs_critical=statistics["pbs_count"],
         compile_s=round(compile_seconds, 1),
         eval_key_bytes=key_bytes,
@@ -172,8 +198,13 @@ def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, s
         median_s=round(float(np.median(latencies)), 3),
         latencies_s=" ".join(f"{x:.2f}" for x in latencies),
         cpu_s_per_query=round(cpu / len(latencies), 2),
-        correct=answers == classify(model.plan, levels[: queries + 1]).tolist(),
+        correct=answers == classify_clear(model.plan, levels[: queries + 1]).tolist(),
     )
+
+
+def encrypt(client: KnnClient, model, levels: np.ndarray) -> bytes:
+    """A query as the shipped client sends it: encoded as the model's family says, encrypted."""
+    return client.encrypt(encode_query(model.algorithm, levels, model.plan.bits))
 
 
 def bench_split(
@@ -184,7 +215,7 @@ def bench_split(
     from petlab.server.knn.cluster_evaluation import ClusterEvaluator
     from petlab.server.knn.evaluators import Evaluation
 
-    config = default_config("fast")
+    config = default_config(model.algorithm)
     program = split_program(model.plan, parts, config)
     module, compile_seconds = _timed(compile_program, program, config)
     names = [stage.name for stage in program.stages]
@@ -193,16 +224,14 @@ def bench_split(
     client = KnnClient(client_specs_bytes(module.server))
     client.generate_keys()
     key_path, key_bytes = _keys(client, scratch)
-    from petlab.crypto.knn.deployment import parse_evaluation_keys
-
     keys = parse_evaluation_keys(key_path.read_bytes())
-    ciphertexts = [client.encrypt(q) for q in levels[: queries + 1]]
-    expected = classify(model.plan, levels[: queries + 1]).tolist()
+    ciphertexts = [encrypt(client, model, q) for q in levels[: queries + 1]]
+    expected = classify_clear(model.plan, levels[: queries + 1]).tolist()
     common = {
         "n": n,
-        "pbs": statistics["pbs_count"],
-        "pbs_model": sum(stage_pbs(model.plan, parts, config).values()),
-        "pbs_critical": critical_pbs(per_stage, program.graph, parts),
+        "pbs": graph_pbs(per_stage, program.graph),
+        "pbs_model": graph_pbs(program.description["stage_pbs"], program.graph),
+        "pbs_critical": critical_path_pbs(per_stage, program.graph),
         "compile_s": round(compile_seconds, 1),
         "eval_key_bytes": key_bytes,
         "raw_key_bytes": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
@@ -272,7 +301,9 @@ def bench_split(
     return rows
 
 
-def run_bench(sizes: dict[str, list[int]], queries: int, parts: int, out: Path) -> list[dict]:
+def run_bench(
+    algorithm: str, sizes: dict[str, list[int | None]], queries: int, parts: int, out: Path
+) -> list[dict]:
     from petlab.dask_cluster import ClusterSpec, DaskCluster
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -282,8 +313,9 @@ def run_bench(sizes: dict[str, list[int]], queries: int, parts: int, out: Path) 
         DaskCluster.start(ClusterSpec(local_workers=parts)) as cluster,
     ):
         for dataset, ns in sizes.items():
-            for n in ns:
-                model, levels = model_for(dataset, n)
+            for asked in ns:
+                model, levels = model_for(algorithm, dataset, asked)
+                n = model.plan.n if asked is None else asked  # None: the whole training set
                 print(f"{dataset} n={n} (kept {model.plan.n}): whole, in process ...", flush=True)
                 rows.append(bench_whole(dataset, n, model, levels, queries, Path(scratch)))
                 print(f"  {rows[-1]}", flush=True)
@@ -308,27 +340,30 @@ def read_csv(path: Path) -> list[dict]:
         for key, value in row.items():
             if value in ("True", "False"):
                 row[key] = value == "True"
-            elif key not in ("dataset", "config", "latencies_s"):
+            elif key not in ("algorithm", "dataset", "config", "latencies_s"):
                 row[key] = float(value) if "." in value or "e" in value else int(value)
     return rows
 
 
-def parse_sizes(items: list[str]) -> dict[str, list[int]]:
-    """``iris=40,120 digits=40,1437``; none: :data:`DEFAULT_SIZES`."""
+def parse_sizes(items: list[str]) -> dict[str, list[int | None]]:
+    """``iris=40,all digits=40,1437``; none: :data:`DEFAULT_SIZES` ("all": the whole training set)."""
     if not items:
         return dict(DEFAULT_SIZES)
-    sizes = {}
+    sizes: dict[str, list[int | None]] = {}
     for item in items:
         name, _, values = item.partition("=")
         if name not in DEFAULT_SIZES or not values:
             raise ValueError(f"--sizes takes DATASET=N,N,... for {', '.join(DEFAULT_SIZES)}; got {item!r}")
-        sizes[name] = [int(v) for v in values.split(",")]
+        sizes[name] = [None if v == "all" else int(v) for v in values.split(",")]
     return sizes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--sizes", nargs="*", default=[], help="DATASET=N,N,... (default: up to each whole set)"
+        "--algorithm", default=DEFAULT_ALGORITHM, help=f"the family to split (default {DEFAULT_ALGORITHM})"
+    )
+    parser.add_argument(
+        "--sizes", nargs="*", default=[], help="DATASET=N,N,...|all (default: up to each whole training set)"
     )
     parser.add_argument("--queries", type=int, default=3, help="timed queries per configuration (default 3)")
     parser.add_argument("--parts", type=int, default=2, help="partitions = LocalCluster workers (default 2)")
@@ -341,11 +376,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from petlab.experiments.split_model import report
 
-    rows = (
-        read_csv(args.out)
-        if args.report_only
-        else run_bench(parse_sizes(args.sizes), args.queries, args.parts, args.out)
-    )
+    if args.report_only:
+        rows = read_csv(args.out)
+    else:
+        rows = run_bench(args.algorithm, parse_sizes(args.sizes), args.queries, args.parts, args.out)
     text = report(rows)
     args.out.with_suffix(".md").write_text(text)
     print(text)

@@ -1,8 +1,9 @@
-"""One query over many workers (issue 25): the fast family split over P partitions of its training
-set. The split's clear reference against a sort (ties included) and the unsplit reference on every
-data set, the stage graph's checks, the compiled module (simulated) against the reference with its
-PBS against the cost model, and real encryption through the gRPC server, in process and on a real
-LocalCluster where one query's partitions run on both workers."""
+"""One query over many workers (issue 25): the thermo (default, one pass) and fast (two passes)
+families split over P partitions of their training sets. Each split's clear reference against a
+sort (ties included) and the unsplit reference on every data set, the stage graph's checks, the
+compiled modules (simulated) against the reference with their PBS against the cost model, and real
+encryption through the gRPC server, in process and on a real LocalCluster where one query's
+partitions run on both workers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from petlab.crypto.knn.families import classify_clear as whole_reference
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.plan import build_fast_plan
 from petlab.crypto.knn.fast.reference import classify, classify_by_sorting
@@ -30,9 +32,14 @@ from petlab.crypto.knn.split.program import (
     partitions,
     run_graph,
 )
+from petlab.crypto.knn.thermo import reference as thermo_reference
+from petlab.crypto.knn.thermo import split as thermo_split
+from petlab.crypto.knn.thermo.encoding import thermometer
+from petlab.crypto.knn.thermo.plan import build_thermo_plan
 from petlab.server.knn.datasets import load_bundled
 
 CONFIG = default_config("fast")
+THERMO = default_config("thermo")
 
 
 def brute_force(plan, queries):
@@ -116,6 +123,46 @@ def test_split_equals_a_sort_with_heavy_ties(n, d, levels, n_classes, k, parts, 
     )
 
 
+@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer", "digits"])
+def test_thermo_split_reference_equals_the_whole_reference(name):
+    """The default family: every shipped data set, odd and even P (odd merge-tree levels carry a
+    partition's lists up a level), the split's class is the one-process class."""
+    train, test = load_bundled(name).split()
+    quantizer = MinMaxQuantizer.fit(train.features, 4)
+    n_classes = int(train.labels.max()) + 1
+    plan = build_thermo_plan(quantizer.transform(train.features[:150]), train.labels[:150], n_classes, 3, 4)
+    queries = np.vstack(
+        [quantizer.transform(test.features)[:60], np.random.default_rng(0).integers(0, 16, size=(20, plan.d))]
+    )
+    expected = thermo_reference.classify(plan, queries)
+    codes = thermometer(queries, 4)
+    for parts in (2, 3, 5, 16):
+        program = thermo_split.split_program(plan, parts, THERMO)
+        assert np.array_equal(classify_clear(program, codes), expected), parts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    per_class=st.integers(3, 8),
+    d=st.integers(1, 3),
+    levels=st.integers(1, 4),
+    n_classes=st.integers(2, 4),
+    parts=st.integers(2, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_thermo_split_equals_a_sort_with_heavy_ties(per_class, d, levels, n_classes, parts, seed):
+    """Few levels: many equal distances, fillers in partitions that miss a class, capped votes."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(n_classes), per_class)  # every class has at least k = 3 points
+    rng.shuffle(labels)
+    train = rng.integers(0, levels, size=(len(labels), d)) * (15 // max(levels - 1, 1))
+    plan = build_thermo_plan(train, labels, n_classes, 3, 4)
+    queries = rng.integers(0, 16, size=(12, d))
+    program = thermo_split.split_program(plan, min(parts, plan.n), THERMO)
+    expected = thermo_reference.classify_by_sorting(train, labels, 3, n_classes, queries, 4, plan.spec)
+    assert np.array_equal(classify_clear(program, thermometer(queries, 4)), expected)
+
+
 def test_malformed_graphs_are_refused():
     plan = build_fast_plan(np.arange(12).reshape(6, 2), np.arange(6) % 2, 2, 3, 4)
     program = split_program(plan, 2, CONFIG)
@@ -140,28 +187,46 @@ def test_malformed_graphs_are_refused():
 
 @pytest.fixture(scope="module")
 def split_iris(iris_split):
-    """Iris, n = 12, k = 3, P = 3 (partitions of 4 points: each pads its k-list), compiled once
-    for simulation and real execution."""
+    """The fast family: Iris, n = 8, k = 3, P = 3 (partitions of 3, 3 and 2 points: the last pads
+    its k-list), compiled once for simulation."""
     train, test = iris_split
-    model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
+    settings = KnnSettings(n=8, algorithm="fast")
+    model = build_model("iris", train.features, train.labels, settings, train.class_names)
     program = split_program(model.plan, 3, CONFIG)
     module = compile_program(program, CONFIG, simulation=True)
     return model, program, module, model.quantizer.transform(test.features)
 
 
-def test_split_module_pbs_match_the_cost_model(split_iris):
-    model, program, module, _ = split_iris
+@pytest.fixture(scope="module")
+def thermo_split_iris(iris_split):
+    """The default family: Iris, n = 12, k = 3, P = 3 (a merge tree with a carried level),
+    compiled once for simulation."""
+    train, test = iris_split
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
+    program = thermo_split.split_program(model.plan, 3, THERMO)
+    module = compile_program(program, THERMO, simulation=True)
+    return model, program, module, model.quantizer.transform(test.features)
+
+
+@pytest.mark.parametrize("fixture", ["split_iris", "thermo_split_iris"])
+def test_split_module_pbs_match_the_cost_model(fixture, request):
+    """Every stage's compiled PBS count equals the family's model: a lookup concrete dropped (as
+    it does with a table it built constant) would show here."""
+    _, program, module, _ = request.getfixturevalue(fixture)
     statistics = module_statistics(module, [stage.name for stage in program.stages])
-    assert statistics["pbs_per_stage"] == stage_pbs(model.plan, 3, CONFIG)
+    assert statistics["pbs_per_stage"] == program.description["stage_pbs"]
 
 
-def test_split_simulation_equals_reference(split_iris, simulate_all):
-    """Held-out rows, the training points themselves (distance 0 ties) and random queries."""
-    model, program, module, test_levels = split_iris
+@pytest.mark.parametrize("fixture", ["split_iris", "thermo_split_iris"])
+def test_split_simulation_equals_reference(fixture, request, simulate_all):
+    """Held-out rows, the training points themselves (distance 0 ties) and random queries: the
+    simulated module, stage by stage over the graph, gives the one-process class."""
+    model, program, module, test_levels = request.getfixturevalue(fixture)
     functions = module.functions()
     queries = np.vstack(
-        [test_levels[:10], model.plan.train[:6], np.random.default_rng(4).integers(0, 16, (8, 4))]
+        [test_levels[:10], model.plan.train[:6], np.random.default_rng(4).integers(0, 16, (6, 4))]
     )
+    encoded = thermometer(queries, 4) if model.algorithm == "thermo" else queries
 
     class Graph:  # the whole graph, simulated stage by stage, as simulate_all expects a circuit
         @staticmethod
@@ -169,8 +234,8 @@ def test_split_simulation_equals_reference(split_iris, simulate_all):
             run = lambda node, args: functions[node.stage].simulate(*args)  # noqa: E731
             return run_graph(program.graph, query, run)[ANSWER_STAGE]
 
-    expected = classify(model.plan, queries)
-    assert np.array_equal(simulate_all(Graph, queries, expected), expected)
+    expected = whole_reference(model.plan, queries)
+    assert np.array_equal(simulate_all(Graph, encoded, expected), expected)
 
 
 def test_the_query_ciphertext_must_fit_every_stage_that_reads_it(split_iris):
@@ -222,16 +287,17 @@ def test_one_query_runs_on_both_workers_and_equals_reference(serve, local_cluste
         batch = remote.classify_batch(prepared, rows[1:3])
         assert running.cluster.key_scatters == 1  # broadcast once to every worker
     model = hosted.model
-    expected = classify(model.plan, model.quantizer.transform(rows[:4])).tolist()
+    assert model.algorithm == "thermo"  # the default family, split
+    expected = whole_reference(model.plan, model.quantizer.transform(rows[:4])).tolist()
     assert [single, *batch] == expected[:3]
     ran = {worker: after[worker] - before.get(worker, 0) for worker in after}
-    assert sum(ran.values()) == len(hosted.graph.nodes)  # 2 + 1 + 2 + 1 stages
-    assert all(count >= 2 for count in ran.values()), ran  # a partition on each worker
+    assert sum(ran.values()) == len(hosted.graph.nodes)  # 2 partitions, 1 merge, finish
+    assert all(count >= 1 for count in ran.values()), ran  # a partition on each worker
 
     key_path = tmp_path_factory.mktemp("keys") / "keys"
     key_path.write_bytes(prepared.client.evaluation_keys_bytes())
     evaluator = LocalEvaluator({"iris": hosted.server}, {"iris": hosted.graph})
-    query = prepared.client.encrypt(model.quantizer.transform(rows[3:4])[0])
+    query = prepared.client.encrypt(thermometer(model.quantizer.transform(rows[3:4])[0], model.plan.bits))
     (answer,) = evaluator.classify(Evaluation("iris", "key", key_path, [query]))
     assert prepared.client.decrypt_class(answer) == expected[3]
 
@@ -292,12 +358,13 @@ def test_the_cost_model_recovers_a_known_latency_law():
     and T = h + t1 PBS_critical (cluster, 0.5 s + 20 ms): the fit recovers c, the split's ratio, h
     and t1 and predicts the middle size exactly; the critical path is the most loaded worker plus
     merge and finish."""
-    from petlab.experiments.split_bench import critical_pbs
+    from petlab.crypto.knn.split.program import critical_path_pbs
     from petlab.experiments.split_model import predicted_pbs, report
 
     rows = []
     for n, whole, critical in [(40, 200, 150), (160, 500, 300), (455, 1500, 800)]:
         common = {
+            "algorithm": "fast",
             "dataset": "breast_cancer",
             "d": 30,
             "n": n,
@@ -338,10 +405,14 @@ def test_the_cost_model_recovers_a_known_latency_law():
     assert "500 PBS: CPU predicted 1.00 s, measured 1.00 s" in text
     assert "300 critical PBS: wall predicted 6.50 s, measured 6.50 s" in text
     assert "exact on every row" in text
-    critical, whole = predicted_pbs("breast_cancer", 30, 100_000, 16)
+    critical, whole = predicted_pbs("fast", "breast_cancer", 30, 100_000, 16)
     assert 10 < whole / critical < 16  # linear work over 16 workers; the distances run in both passes
     plan = build_fast_plan(np.arange(40).reshape(20, 2) % 16, np.arange(20) % 2, 2, 3, 4)
     program = split_program(plan, 3, CONFIG)
     per_stage = stage_pbs(plan, 3, CONFIG)
-    heaviest = max(per_stage[f"partition_{p}"] + per_stage[f"count_{p}"] for p in range(3))
-    assert critical_pbs(per_stage, program.graph, 3) == heaviest + per_stage["merge"] + per_stage["finish"]
+    first = max(per_stage[f"partition_{p}"] for p in range(3))
+    second = max(per_stage[f"count_{p}"] for p in range(3))
+    path = first + per_stage["merge"] + second + per_stage["finish"]  # partition, merge, count, finish
+    assert critical_path_pbs(per_stage, program.graph) == path
+    critical, whole = predicted_pbs("thermo", "digits", 64, 100_000, 16)
+    assert 12 < whole / critical < 16  # one pass: nothing computed twice

@@ -116,16 +116,7 @@ def split_program(plan: FastKnnPlan, parts: int, config: CircuitConfig) -> Split
         )
     )
     nodes.append(Node(ANSWER_STAGE, ANSWER_STAGE, tuple(f"count_{p}" for p in range(parts))))
-    description = {
-        "family": "fast",
-        "parts": parts,
-        "n": plan.n,
-        "k": k,
-        "n_classes": plan.n_classes,
-        "partition_sizes": [sub.n for sub in subplans],
-        "partition_lookups": [sub.n_lookups for sub in subplans],
-        "coarsened": plan.scale.coarsened,
-    }
+    description = {"family": "fast", "parts": parts, "stage_pbs": stage_pbs(plan, parts, config)}
     return SplitProgram(
         StageGraph(parts, tuple(nodes)), tuple(stages), tuple(compile_inputset(plan)), description
     )

@@ -154,6 +154,22 @@ def merge_tree_program(
     )
 
 
+def merge_levels(parts: int) -> int:
+    """Levels of :func:`merge_tree_program`'s tree over ``parts`` partitions: ceil(log2 P)."""
+    return (parts - 1).bit_length()
+
+
+def critical_path_pbs(per_stage: dict[str, int], graph: StageGraph) -> int:
+    """PBS on the longest path of one query's graph, each node costing its stage's PBS: the
+    latency in PBS when every partition has a worker of its own (P <= W) and the merges of one
+    tree level run side by side."""
+    longest: dict[str, int] = {}
+    for node in graph.nodes:
+        before = [longest[source] for source in node.inputs if source != QUERY]
+        longest[node.name] = per_stage[node.stage] + max(before, default=0)
+    return longest[graph.answer.name]
+
+
 def check_program(program: SplitProgram) -> None:
     """``ValueError`` unless the graph is well formed: known stages, one input per parameter,
     inputs defined before use, unique node names, the query read by :data:`ENTRY_STAGE` and the
@@ -281,6 +297,11 @@ def _input_type(circuits: dict, stage: str, position: int) -> str:
     fields = ("encryption", "encoding", "abstractShape", "concreteShape")
     described = {key: ciphertext.get(key) for key in fields}
     return json.dumps({**described, "shape": gate.get("rawInfo", {}).get("shape")}, sort_keys=True)
+
+
+def graph_pbs(per_stage: dict[str, int], graph: StageGraph) -> int:
+    """PBS of one query: every node's stage (a merge stage may run at several nodes of a level)."""
+    return sum(per_stage[node.stage] for node in graph.nodes)
 
 
 def module_statistics(module: fhe.Module | fhe.Server, stage_names: Sequence[str]) -> dict:

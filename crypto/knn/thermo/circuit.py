@@ -25,7 +25,7 @@ from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.fast.plan import class_pairs, pair_matrices
 from petlab.crypto.knn.ranges import signed_bit_width
 from petlab.crypto.knn.thermo.encoding import thermometer
-from petlab.crypto.knn.thermo.plan import ThermoPlan
+from petlab.crypto.knn.thermo.plan import DistanceSpec, ThermoPlan
 
 # a class decided by one lookup of the packed pairwise bits while there are at most this many pairs
 PACKED_PAIRS = 3
@@ -50,20 +50,14 @@ def packed_winner_table(n_classes: int) -> list[int]:
     return table
 
 
-def circuit_function(plan: ThermoPlan) -> Callable:
-    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
-    spec, program = plan.spec, plan.program
-    weights, offsets = plan.weights, plan.offsets
-    dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
-    negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
-    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
-    reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
-    real = program.real_list_slots
-    slots = np.asarray([s for _, s in real], dtype=np.int64)
-    onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
-    onehot[np.arange(len(real)), [c for c, _ in real]] = 1
-    diff, win, win_offsets = pair_matrices(plan.n_classes)
-    n_pairs, n_classes = diff.shape[1], plan.n_classes
+def decision_function(n_classes: int, vote_gap_bits: int) -> Callable:
+    """Step 6 on encrypted votes (C,): the class. The pairwise signs read ``votes_c' - votes_c - 1``
+    shifted by ``2^(vote_gap_bits - 1)``, never negative: concrete takes a lookup input's
+    signedness from the input set's values, and a table built unsigned for a value that can be
+    negative is wrong (``crypto.knn.fast.circuit.exchange_function``; issue 25)."""
+    diff, win, win_offsets = pair_matrices(n_classes)
+    n_pairs = diff.shape[1]
+    half = 1 << (vote_gap_bits - 1)
     packed = (
         fhe.LookupTable(packed_winner_table(n_classes)) if n_classes > 2 and n_pairs <= PACKED_PAIRS else None
     )
@@ -71,24 +65,8 @@ def circuit_function(plan: ThermoPlan) -> Callable:
     is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
     wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
 
-    def exchange(a, b):
-        m = negative_part(fhe.hint(a - b, bit_width=cmp_bits))
-        return fhe.hint(b + m, bit_width=dist_bits), fhe.hint(a - m, bit_width=dist_bits)
-
-    def knn(code):
-        raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
-        if reduction is not None:
-            if spec.shift:
-                raw = fhe.truncate_bit_pattern(raw, spec.shift)
-            distances = reduction[raw]
-        else:
-            distances = raw
-        store = program.run(
-            fhe.hint(distances, bit_width=dist_bits), exchange, lambda parts: np.concatenate(tuple(parts))
-        )
-        inside = at_most_zero(fhe.hint(store[slots] - store[program.kth], bit_width=cmp_bits))
-        votes = inside @ onehot
-        beats = fhe.hint(votes @ diff - 1, bit_width=plan.vote_gap_bits) < 0
+    def decide(votes):
+        beats = fhe.hint(votes @ diff - 1 + half, bit_width=vote_gap_bits) < half
         if n_classes == 2:
             return 1 - beats[0]
         if packed is not None:
@@ -96,6 +74,47 @@ def circuit_function(plan: ThermoPlan) -> Callable:
         wins = fhe.hint(beats @ win + win_offsets, bit_width=wins_bits)
         # a dot product with np.arange simulated wrongly (concrete 2.11, fast family); a sum is right
         return np.sum(is_winner(wins) * np.arange(n_classes))
+
+    return decide
+
+
+def distance_function(spec: DistanceSpec, weights: np.ndarray, offsets: np.ndarray) -> Callable:
+    """Steps 1-2 on an encrypted code: the points' distances (``weights`` and ``offsets``: their
+    columns of the plan's, for a subset of the points)."""
+    reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
+
+    def distances(code):
+        raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
+        if reduction is not None:
+            if spec.shift:
+                raw = fhe.truncate_bit_pattern(raw, spec.shift)
+            raw = reduction[raw]
+        return fhe.hint(raw, bit_width=spec.distance_bits)
+
+    return distances
+
+
+def circuit_function(plan: ThermoPlan) -> Callable:
+    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
+    spec, program = plan.spec, plan.program
+    dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
+    negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
+    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
+    distances = distance_function(spec, plan.weights, plan.offsets)
+    real = program.real_list_slots
+    slots = np.asarray([s for _, s in real], dtype=np.int64)
+    onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
+    onehot[np.arange(len(real)), [c for c, _ in real]] = 1
+    decide = decision_function(plan.n_classes, plan.vote_gap_bits)
+
+    def exchange(a, b):
+        m = negative_part(fhe.hint(a - b, bit_width=cmp_bits))
+        return fhe.hint(b + m, bit_width=dist_bits), fhe.hint(a - m, bit_width=dist_bits)
+
+    def knn(code):
+        store = program.run(distances(code), exchange, lambda parts: np.concatenate(tuple(parts)))
+        inside = at_most_zero(fhe.hint(store[slots] - store[program.kth], bit_width=cmp_bits))
+        return decide(inside @ onehot)
 
     return knn
 
