@@ -188,11 +188,12 @@ def report(rows: list[dict]) -> str:
             )
     lines += [
         "",
-        "Assumptions to check on a real cluster: the per-PBS cost t stays what it is at the largest n "
-        "measured (wider vote comparisons at 10^5 points add PBS, counted above, not cost per PBS); "
-        "compiling a module of 2P + 2 stages at 6,250 points per partition is not measured here; each "
-        "worker holds every client's evaluation keys of the module (the 'eval keys' column, multi "
-        "parameters), since every worker runs stages of every query.",
+        "Assumptions to check on a real cluster: the CPU per PBS c stays what it is at the largest n "
+        "measured (more PBS at 10^5 points are counted above, not a higher cost per PBS); a machine "
+        "keeps both cores busy within one stage, as concrete does for one evaluation; compiling a "
+        "module of P + ceil(log2 P) + 1 stages (thermo; fast: 2P + 2) at 6,250 points per partition "
+        "is not measured here; every worker holds every client's evaluation keys of the module (the "
+        "'eval keys' column), since every worker runs stages of every query.",
         "",
     ]
     return "\n".join(lines)
