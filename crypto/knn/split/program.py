@@ -86,15 +86,6 @@ class StageGraph:
     def answer(self) -> Node:
         return self.nodes[-1]
 
-    def consumers(self) -> dict[str, list[Node]]:
-        """Node name -> the nodes that read its output."""
-        readers: dict[str, list[Node]] = {node.name: [] for node in self.nodes}
-        for node in self.nodes:
-            for source in node.inputs:
-                if source != QUERY:
-                    readers[source].append(node)
-        return readers
-
 
 @dataclass(frozen=True)
 class SplitProgram:
