@@ -26,7 +26,6 @@ checks it on the rows it was not fitted on and extrapolates to 16 machines and 1
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import os
 import tempfile
@@ -153,6 +152,15 @@ def _row(dataset, model, parts, config, **values) -> dict:
     }
 
 
+def _timing(latencies: list[float], cpu: float) -> dict:
+    """Median and every latency of the timed queries, and their CPU seconds per query."""
+    return {
+        "median_s": round(float(np.median(latencies)), 3),
+        "latencies_s": " ".join(f"{x:.2f}" for x in latencies),
+        "cpu_s_per_query": round(cpu / len(latencies), 2),
+    }
+
+
 def _keys(client: KnnClient, directory: Path) -> tuple[Path, int]:
     data = client.evaluation_keys_bytes()
     path = directory / f"keys-{hashlib.sha256(data).hexdigest()[:12]}"
@@ -195,9 +203,7 @@ def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, s
         query_bytes=len(ciphertexts[0]),
         result_bytes=len(answer),
         stage_bytes=0,
-        median_s=round(float(np.median(latencies)), 3),
-        latencies_s=" ".join(f"{x:.2f}" for x in latencies),
-        cpu_s_per_query=round(cpu / len(latencies), 2),
+        **_timing(latencies, cpu),
         correct=answers == classify_clear(model.plan, levels[: queries + 1]).tolist(),
     )
 
@@ -256,20 +262,10 @@ def bench_split(
             cpu += _cpu_seconds() - before
         stage_bytes = sum(sizes[:-1])  # every stage's output but the answer
         answers.append(client.decrypt_class(answer))
+    common |= {"result_bytes": len(answer), "stage_bytes": stage_bytes}
     rows.append(
-        _row(
-            dataset,
-            model,
-            parts,
-            f"split {parts}, in process",
-            **common,
-            result_bytes=len(answer),
-            stage_bytes=stage_bytes,
-            median_s=round(float(np.median(latencies)), 3),
-            latencies_s=" ".join(f"{x:.2f}" for x in latencies),
-            cpu_s_per_query=round(cpu / len(latencies), 2),
-            correct=answers == expected,
-        )
+        _row(dataset, model, parts, f"split {parts}, in process", **common, **_timing(latencies, cpu))
+        | {"correct": answers == expected}
     )
     evaluator = ClusterEvaluator(cluster, {dataset: module.server}, {dataset: program.graph})
     try:
@@ -290,13 +286,9 @@ def bench_split(
             parts,
             f"split {parts}, LocalCluster({parts})",
             **common,
-            result_bytes=len(answer),
-            stage_bytes=stage_bytes,
-            median_s=round(float(np.median(latencies)), 3),
-            latencies_s=" ".join(f"{x:.2f}" for x in latencies),
-            cpu_s_per_query=round(cpu / len(latencies), 2),
-            correct=answers == expected,
+            **_timing(latencies, cpu),
         )
+        | {"correct": answers == expected}
     )
     return rows
 
@@ -327,22 +319,15 @@ def run_bench(
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    from petlab.experiments.cluster_bench import write_csv as write_rows
+
+    write_rows(rows, COLUMNS, path)
 
 
 def read_csv(path: Path) -> list[dict]:
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    for row in rows:
-        for key, value in row.items():
-            if value in ("True", "False"):
-                row[key] = value == "True"
-            elif key not in ("algorithm", "dataset", "config", "latencies_s"):
-                row[key] = float(value) if "." in value or "e" in value else int(value)
-    return rows
+    from petlab.experiments.cluster_bench import read_csv as read_rows
+
+    return read_rows(path, text=("algorithm", "dataset", "config", "latencies_s"))
 
 
 def parse_sizes(items: list[str]) -> dict[str, list[int | None]]:

@@ -142,13 +142,7 @@ def _max_of_rows(rows: list, maximum) -> object:
 def comparator_count(n: int, k: int) -> int:
     """Comparators (= lookups in the circuit) that :func:`kth_smallest` uses."""
     groups = -(-n // k)
-    total = groups * (k * (k - 1) // 2)
-    unimodal_cost = sum(len(layer) for layer in unimodal_layers(k))
-    while groups > 1:
-        half, odd = groups // 2, groups % 2
-        total += half * k + ((k - 1) if groups == 2 else half * unimodal_cost)
-        groups = half + odd
-    return total
+    return groups * (k * (k - 1) // 2) + merge_count(groups, k)
 
 
 def k_smallest_count(n: int, k: int) -> int:
