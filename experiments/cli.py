@@ -52,6 +52,11 @@ EXPERIMENTS = (
         "petlab.experiments.cluster_bench",
     ),
     Subcommand(
+        "split-bench",
+        "one k-NN query over many workers: whole circuit vs split on a LocalCluster, cost model",
+        "petlab.experiments.split_bench",
+    ),
+    Subcommand(
         "plausible-bench",
         "plausible-deniability synthesis: 100k candidates, records/s and pass rate",
         "petlab.experiments.plausible_bench",

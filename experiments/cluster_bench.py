@@ -265,8 +265,9 @@ def write_csv(rows: list[dict], columns: list[str], path: Path) -> None:
         writer.writerows(rows)
 
 
-def read_csv(path: Path) -> list[dict]:
-    """Rows of an earlier run (a part skipped in this one), numbers parsed; none if absent."""
+def read_csv(path: Path, text: tuple[str, ...] = ("config",)) -> list[dict]:
+    """Rows of an earlier run (a part skipped in this one), numbers parsed except in the ``text``
+    columns; none if absent."""
     if not path.is_file():
         return []
     with path.open(newline="") as handle:
@@ -275,7 +276,7 @@ def read_csv(path: Path) -> list[dict]:
         for key, value in row.items():
             if value in ("True", "False"):
                 row[key] = value == "True"
-            elif key != "config":
+            elif key not in text:
                 row[key] = float(value) if "." in value or "e" in value else int(value)
     return rows
 

@@ -22,9 +22,9 @@ from grpc_reflection.v1alpha import reflection
 
 from petlab.addresses import is_loopback_host
 from petlab.crypto.chain.traces import load_public_key
-from petlab.crypto.knn.families import default_config
-from petlab.crypto.knn.model import KnnSettings, build_model
-from petlab.dask_cluster import ClusterSpec
+from petlab.crypto.knn.families import default_config, family
+from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
+from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.owner_only import private_directory
 from petlab.protos import (
     controller_pb2,
@@ -99,6 +99,9 @@ class ServerOptions:
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
     cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
+    # partitions of each model's training set that one query is split over (crypto.knn.split);
+    # 0: automatic (one per worker of the cluster, 1 = whole circuits without a cluster)
+    partitions: int = 0
     tokens: Path | None = None  # bearer tokens file: identifies callers (server.common.callers)
     owner_cap_bytes: int | None = None  # per identified owner; None: owner_max_keys key sets
     owner_max_keys: int = 4
@@ -194,7 +197,10 @@ class RunningServer:
         self.services.close()
 
 
-def load_models(options: ServerOptions) -> dict[str, HostedModel]:
+def load_models(options: ServerOptions, parts: int = 1) -> dict[str, HostedModel]:
+    """Build, compile (or load from the cache) every ``--model``; with ``parts`` > 1 each as a
+    split module over that many partitions (fewer for a model with fewer points; a family that
+    cannot be split is compiled whole unless ``--partitions`` asked for the split)."""
     hosted = {}
     for spec in options.models:
         name, _, csv_path = spec.partition("=")
@@ -218,16 +224,52 @@ def load_models(options: ServerOptions) -> dict[str, HostedModel]:
             train.feature_names,
             public_bounds=bounds,
         )
-        compiled = load_or_compile(model, default_config(model.algorithm), options.data_dir / "models")
+        split = model_parts(model, parts, explicit=options.partitions > 0)
+        compiled = load_or_compile(
+            model, default_config(model.algorithm), options.data_dir / "models", parts=split
+        )
         log.info(
-            "model %s ready (%s algorithm, %s, %d PBS per query)",
+            "model %s ready (%s algorithm, %s, %d PBS per query%s)",
             name,
             model.algorithm,
             "from cache" if compiled.from_cache else f"compiled in {compiled.compile_seconds:.1f} s",
             compiled.statistics["pbs_count"],
+            f", split over {split} partitions" if split > 1 else "",
         )
-        hosted[name] = HostedModel(model, compiled.server, dataset=Path(csv_path).name if csv_path else name)
+        hosted[name] = HostedModel(
+            model,
+            compiled.server,
+            dataset=Path(csv_path).name if csv_path else name,
+            graph=compiled.graph,
+        )
     return hosted
+
+
+def model_parts(model: KnnModel, parts: int, explicit: bool) -> int:
+    """The partitions one model is split over: ``parts``, at most its n, and 1 (whole) for a family
+    that cannot be split, which is an error only when ``--partitions`` asked for a split."""
+    if parts <= 1:
+        return 1
+    if family(model.algorithm).split is None:
+        if explicit:
+            raise ValueError(f"--partitions: the {model.algorithm} family cannot split one query")
+        log.info("model %s: the %s family is evaluated whole, not split", model.name, model.algorithm)
+        return 1
+    return min(parts, model.plan.n)
+
+
+def resolve_partitions(options: ServerOptions, cluster: DaskCluster | None) -> int:
+    """``--partitions``, or automatically: one per worker of the cluster (``--local-workers N``: N;
+    ``--cluster``: the workers the scheduler has now), and 1 (whole circuits) without a cluster."""
+    if options.partitions < 0:
+        raise ValueError("--partitions cannot be negative")
+    if options.partitions:
+        return options.partitions
+    if cluster is None:
+        return 1
+    if options.cluster.local_workers:
+        return options.cluster.local_workers
+    return max(cluster.worker_count(), 1)
 
 
 def load_analysis_data(path: Path) -> pd.DataFrame:
@@ -266,14 +308,24 @@ def check_options(options: ServerOptions, models_given: bool = False) -> None:
         check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
 
 
-def build_evaluator(options: ServerOptions, hosted: dict[str, HostedModel]) -> Evaluator:
-    """In this process, or on the Dask cluster the options name."""
+def build_evaluator(
+    options: ServerOptions, hosted: dict[str, HostedModel], cluster: DaskCluster | None = None
+) -> Evaluator:
+    """In this process, or on the Dask cluster the options name (``cluster``, if already started)."""
     servers = {name: h.server for name, h in hosted.items()}
+    graphs = {name: h.graph for name, h in hosted.items() if h.graph is not None}
     if options.cluster.enabled and hosted:
-        evaluator = ClusterEvaluator.start(options.cluster, servers)
+        cluster = cluster or DaskCluster.start(options.cluster)
+        try:
+            evaluator = ClusterEvaluator(cluster, servers, graphs)
+        except Exception:
+            cluster.close()
+            raise
         log.info("evaluations run on the %s", options.cluster.describe())
         return evaluator
-    return LocalEvaluator(servers)
+    if cluster is not None:
+        cluster.close()
+    return LocalEvaluator(servers, graphs)
 
 
 def store_caps(options: ServerOptions, hosted: dict[str, HostedModel]) -> StoreCaps:
@@ -307,7 +359,15 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
     given); no socket is opened."""
     check_options(options, models_given=bool(hosted))
     private_directory(options.data_dir, "to keep the server's data there")
-    hosted = hosted if hosted is not None else load_models(options)
+    starts_cluster = options.cluster.enabled and hosted is None and bool(options.models)
+    cluster = DaskCluster.start(options.cluster) if starts_cluster else None  # its size sets --partitions
+    try:
+        if hosted is None:
+            hosted = load_models(options, resolve_partitions(options, cluster))
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
     identities = caller_identities(options.tokens, bool(not options.plaintext and options.tls_client_ca))
     caps = store_caps(options, hosted)
     quota = owner_quota(identities, caps.owner_bytes, options.owner_max_keys, caps.store_bytes)
@@ -321,7 +381,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
             quota.max_keys if quota else 0,
         )
     keys = KeyStore(options.data_dir / "keys", caps.store_bytes, options.key_idle_seconds, quota=quota)
-    evaluator = build_evaluator(options, hosted)
+    evaluator = build_evaluator(options, hosted, cluster)
     knn = KnnServicer(
         hosted, keys, evaluator, WarmupStore(options.data_dir / "warmup"), options.limits, identities
     )

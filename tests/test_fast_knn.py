@@ -237,3 +237,43 @@ def test_cache_key_names_the_algorithm(iris_split):
         for algorithm in ("fast", "paper")
     }
     assert keys["fast"] != keys["paper"]
+
+
+# ------------------------------------------------------------------ lookups and the input set
+
+
+def _compile_tiny(function, parameters, inputset):
+    from concrete import fhe
+
+    return fhe.Compiler(function, {name: "encrypted" for name in parameters}).compile(
+        inputset, CONFIG.concrete_configuration(simulation=True)
+    )
+
+
+def test_lookups_are_exact_for_orders_the_input_set_never_showed():
+    """Attack on exactness through the input set: concrete takes a lookup input's signedness from
+    the values the input set produced. Compiled on pairs with a >= b only (and dist >= kth, and
+    votes where class 0 always wins), the compare-exchange, the tie test and the vote must still
+    be right for the other order. Reading ``a - b`` unshifted, concrete dropped the comparator as
+    constant: a split partition gave unsorted k-lists on 2 % of the queries (issue 25)."""
+    from concrete import fhe
+
+    from petlab.crypto.knn.fast.circuit import decision_function, exchange_function, within_function
+
+    train = np.array([[0, 0], [15, 15], [3, 9]] * 3)
+    plan = build_fast_plan(train, np.array([0, 1, 2] * 3), 3, 1, 4)  # up to 3 votes per class
+    top = plan.scale.distance_max
+    exchange, within = exchange_function(plan), within_function(plan)
+    ordered = [(a, b) for a in range(top + 1) for b in range(top + 1) if a >= b]
+    pairs = _compile_tiny(
+        lambda a, b: np.concatenate(tuple(fhe.zeros((1,)) + v for v in exchange(a, b))), "ab", ordered
+    )
+    inside = _compile_tiny(lambda a, b: within(a, b), "ab", ordered)
+    for a, b in [(0, top), (2, 5), (top - 1, top)]:
+        assert pairs.simulate(a, b).tolist() == [a, b]
+        assert inside.simulate(a, b) == 1
+    decide = decision_function(plan, CONFIG)
+    class_zero = [np.array([v, w, x]) for v in range(1, 4) for w in range(v) for x in range(v)]
+    vote = _compile_tiny(lambda votes: decide(votes), ["votes"], class_zero)
+    for votes, winner in [([0, 3, 1], 1), ([0, 1, 2], 2), ([1, 3, 3], 1), ([2, 2, 0], 0), ([0, 0, 0], 0)]:
+        assert vote.simulate(np.array(votes)) == winner

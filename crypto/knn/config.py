@@ -45,6 +45,11 @@ class CircuitConfig:
             compress_input_ciphertexts=self.compress_input_ciphertexts,
             fhe_simulation=simulation,
             show_progress=False,
+            # every lookup's table spans its whole assigned width: concrete otherwise builds it over
+            # the width the input set's bounds reached, and a value a query reaches beyond them (a
+            # comparator the input set never saw on one side) reads a wrong or folded entry
+            # (crypto.knn.thermo.circuit; issue 25)
+            optimize_tlu_based_on_original_bit_width=False,
         )
 
 

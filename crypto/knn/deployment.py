@@ -7,6 +7,11 @@ no function on the server side of this module accepts or returns them.
 
 Serialised forms are concrete-python's own (no pickles): the server artifact is the zip written by
 ``fhe.Server.save``; client specs, evaluation keys and ciphertexts are ``serialize()`` bytes.
+
+A split model (``crypto.knn.split``: one query over partitions of the training set) is a module of
+several functions under one key set: the client encrypts its query for ``ENTRY_STAGE`` and
+decrypts ``ANSWER_STAGE``'s output; the server runs the stage graph (:func:`run_split`), every
+step on the server, and the client sees one ciphertext in and one out, as for a whole circuit.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from pathlib import Path
 import numpy as np
 from concrete import fhe
 
+from petlab.crypto.knn.split.program import ANSWER_STAGE, ENTRY_STAGE, Node, StageGraph, run_graph
 from petlab.crypto.knn.wire_format import WireFormat
 
 # ---------------------------------------------------------------- server side (data owner)
 
 
-def save_server(circuit: fhe.Circuit, path: Path) -> None:
-    """Write the compiled server artifact (a zip) to ``path``."""
+def save_server(circuit: fhe.Circuit | fhe.Module, path: Path) -> None:
+    """Write the compiled server artifact (a zip) to ``path`` (a circuit's, or a split module's)."""
     circuit.server.save(str(path))
 
 
@@ -73,6 +79,29 @@ def run_encrypted(server: fhe.Server, evaluation_keys: fhe.EvaluationKeys, query
     return result.serialize()
 
 
+def run_stage(
+    server: fhe.Server, evaluation_keys: fhe.EvaluationKeys, stage: str, inputs: list[fhe.Value]
+) -> fhe.Value:
+    """One stage of a split model on encrypted inputs (the query, or other stages' outputs).
+    ``ValueError`` when they do not fit it."""
+    try:
+        return server.run(*inputs, evaluation_keys=evaluation_keys, function_name=stage)
+    except Exception as exc:
+        raise ValueError(f"the encrypted query does not fit this model: {exc}") from exc
+
+
+def run_split(
+    server: fhe.Server, evaluation_keys: fhe.EvaluationKeys, graph: StageGraph, query: fhe.Value
+) -> bytes:
+    """A split model's whole graph on one encrypted query, node by node in this process; returns
+    the serialised encrypted class (``ValueError`` as :func:`run_stage`)."""
+
+    def run(node: Node, inputs: list) -> fhe.Value:
+        return run_stage(server, evaluation_keys, node.stage, inputs)
+
+    return run_graph(graph, query, run)[graph.answer.name].serialize()
+
+
 # ---------------------------------------------------------------- client side (querier)
 
 
@@ -84,8 +113,19 @@ class KnnClient:
         try:
             self._client = fhe.Client(fhe.ClientSpecs.deserialize(bytes(specs)))
             self._wire = WireFormat.from_specs(bytes(specs))
+            functions = list(self._client.specs.program_info.function_list())
         except Exception as exc:
             raise ValueError(f"client specs do not deserialize: {exc}") from exc
+        # a whole circuit has one function; a split model encrypts for its entry stage and
+        # answers from its last (crypto.knn.split.program)
+        if len(functions) == 1:
+            self._entry = self._answer = functions[0]
+        elif ENTRY_STAGE in functions and ANSWER_STAGE in functions:
+            self._entry, self._answer = ENTRY_STAGE, ANSWER_STAGE
+        else:
+            raise ValueError(
+                f"client specs name functions {functions}, neither one circuit nor a split model"
+            )
 
     def generate_keys(self, secret_seed: int | None = None, encryption_seed: int | None = None) -> None:
         """Fresh keys from the OS's secure randomness (seeds only for reproducible tests)."""
@@ -108,12 +148,14 @@ class KnnClient:
 
     def encrypt(self, levels: np.ndarray) -> bytes:
         """Encrypt one quantized query (the model's quantizer gives the levels)."""
-        return self._client.encrypt(np.asarray(levels, dtype=np.int64)).serialize()
+        value = self._client.encrypt(np.asarray(levels, dtype=np.int64), function_name=self._entry)
+        return value.serialize()
 
     def decrypt_class(self, result: bytes) -> int:
         """Decrypt the server's answer: the class index. The answer is checked against the
-        circuit's output first (``crypto.knn.wire_format``): concrete's decryption of a ciphertext
-        in another layout writes outside its buffer, in the process that holds the secret key
-        (``ValueError``, nothing decrypted); concrete reads only the result re-encoded by that check,
-        never pointers a hostile server added (``crypto.knn.wire_format``)."""
-        return int(self._client.decrypt(parse_ciphertext(self._wire.check_output(result))))
+        answering circuit's output first (``crypto.knn.wire_format``): concrete's decryption of a
+        ciphertext in another layout writes outside its buffer, in the process that holds the
+        secret key (``ValueError``, nothing decrypted); concrete reads only the result re-encoded
+        by that check, never pointers a hostile server added."""
+        checked = self._wire.check_output(result)
+        return int(self._client.decrypt(parse_ciphertext(checked), function_name=self._answer))

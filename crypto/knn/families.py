@@ -59,6 +59,15 @@ def compile_plan(plan, config: CircuitConfig, simulation: bool = False) -> fhe.C
     return family_of(plan).compile(plan, config, simulation)
 
 
+def split_program(plan, parts: int, config: CircuitConfig):
+    """``plan``'s algorithm as stages over ``parts`` partitions (``crypto.knn.split``);
+    ``ValueError`` when its family cannot be split."""
+    family = family_of(plan)
+    if family.split is None:
+        raise ValueError(f"the {family.name} family cannot split one query over partitions")
+    return family.split(plan, parts, config)
+
+
 def encode_query(algorithm: str, levels: np.ndarray, bits: int) -> np.ndarray:
     """What a client encrypts for quantized ``levels`` under the named family (public: it needs only
     ``ModelInfo.algorithm`` and ``bits``)."""

@@ -18,6 +18,7 @@ import numpy as np
 from concrete import fhe
 
 from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.split.program import SplitProgram
 
 # (train levels, labels, n_classes, k, bits, **family options) -> plan
 PlanBuilder = Callable[..., Any]
@@ -45,6 +46,9 @@ class KnnFamily:
     selection_rule: ``(bits, **family options) -> rule`` used to choose the n training points the
         circuit keeps (family options: ``KnnSettings.distance`` for thermo).
     config: the measured default compilation settings of this family.
+    split: ``(plan, parts, config) -> crypto.knn.split.program.SplitProgram``, the same algorithm
+        as stages over P partitions of the training set (one query over many workers), or None
+        when the family cannot be split.
     encode: ``(levels, bits) -> array``: what the client encrypts for a quantized query (public:
         a client picks it by ``ModelInfo.algorithm``); the levels themselves unless the family
         says otherwise.
@@ -58,4 +62,5 @@ class KnnFamily:
     classify_clear: Callable[[Any, np.ndarray], np.ndarray]
     selection_rule: Callable[..., SelectionRule]
     config: CircuitConfig
+    split: Callable[[Any, int, CircuitConfig], SplitProgram] | None = None
     encode: QueryEncoder = levels_as_they_are

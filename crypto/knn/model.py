@@ -79,9 +79,10 @@ class KnnModel:
             "quantizer": self.quantizer.to_dict(),
         }
 
-    def cache_key(self, config: CircuitConfig) -> str:
+    def cache_key(self, config: CircuitConfig, parts: int = 1) -> str:
         """Digest of everything the compiled artifact depends on (training data, settings,
-        circuit configuration, concrete-python version, this module's circuit format)."""
+        circuit configuration, concrete-python version, this module's circuit format, and the
+        number of partitions of a split evaluation, ``crypto.knn.split``)."""
         digest = hashlib.sha256()
         for array in (self.plan.train, self.plan.labels):
             digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
@@ -96,6 +97,8 @@ class KnnModel:
             "concrete": version("concrete-python"),
             "format": CIRCUIT_FORMAT_VERSION,
         }
+        if parts > 1:  # a split module (whole circuits keep the keys they had)
+            described["parts"] = parts
         digest.update(json.dumps(described, sort_keys=True).encode())
         return digest.hexdigest()
 

@@ -55,6 +55,8 @@ from typing import Any
 
 import capnp
 
+from petlab.crypto.knn.split.program import ANSWER_STAGE, ENTRY_STAGE
+
 SCHEMA = capnp.load(str(resources.files("petlab.crypto.knn").joinpath("concrete_wire.capnp")))
 WORD_BYTES = 8
 SEED_BYTES = 16  # a compressed key's CSPRNG seed (128 bits), stored after its words
@@ -112,19 +114,28 @@ class WireFormat:
 
     @classmethod
     def from_specs(cls, specs: bytes) -> WireFormat:
-        """From a single-circuit program's client specs (``ValueError`` for several circuits, or a
-        key compression not known here)."""
+        """From a program's client specs: one circuit, or a split model's stages
+        (``crypto.knn.split.program``: the query is encrypted for :data:`ENTRY_STAGE`, the answer
+        comes from :data:`ANSWER_STAGE`; one key set serves every stage). ``ValueError`` for any
+        other program, or a key compression not known here."""
         document = json.loads(specs)
         keyset, circuits = document["keyset"], document["circuits"]
-        if len(circuits) != 1:
-            raise ValueError(f"expected the specs of one circuit, got {len(circuits)}")
+        if len(circuits) == 1:
+            entry = answer = circuits[0]
+        else:
+            by_name = {circuit.get("name"): circuit for circuit in circuits}
+            if ENTRY_STAGE not in by_name or ANSWER_STAGE not in by_name:
+                raise ValueError(
+                    f"expected one circuit or a split model's stages, got {sorted(map(str, by_name))}"
+                )
+            entry, answer = by_name[ENTRY_STAGE], by_name[ANSWER_STAGE]
         keys = {kind: tuple(keyset.get(kind, ())) for kind in KINDS}
         payloads = {
             kind: tuple(payload_bytes(kind, info) for info in keys[kind])
             for kind in KINDS
             if kind != "packingKeyswitchKeys"
         }
-        return cls(keys, payloads, tuple(circuits[0]["inputs"]), tuple(circuits[0]["outputs"]))
+        return cls(keys, payloads, tuple(entry["inputs"]), tuple(answer["outputs"]))
 
     @property
     def keys_checkable(self) -> bool:

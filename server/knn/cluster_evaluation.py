@@ -24,8 +24,21 @@ deadlines (:mod:`petlab.server.knn.service`). A worker only runs ``server.run`` 
   scheduler gives up after ``distributed.scheduler.allowed-failures`` deaths) is not resubmitted:
   UNAVAILABLE, so one bad query cannot crash the cluster in a loop.
 
-What the cluster's machines see: the compiled circuit, evaluation keys and ciphertexts; never a
-secret key, never a query or an answer in the clear (README, "Scaling out").
+* A split model (``crypto.knn.split``: the model's artifact is a module of stages over P
+  partitions of the training set) runs ONE query on several workers: each node of its stage graph
+  is a task, whose inputs are the query's bytes or the futures of the nodes it reads, so the
+  stages' outputs (serialised ciphertexts) move worker to worker and never through the front end.
+  Partition p's nodes go to worker ``(p + r) mod W`` (``allow_other_workers``), r rotating per
+  query so that P < W still spreads queries; merge and finish nodes run where the scheduler puts
+  them (next to their inputs). Every worker may run a stage, so the key bytes are broadcast to
+  all of them (and a worker that joins later fetches them from a peer). A stage's rejection
+  travels down the graph as an answer; a lost worker's intermediate results are recomputed by the
+  scheduler from the graph.
+
+What the cluster's machines see: the compiled circuit, evaluation keys and ciphertexts (for a
+split model also the stages' encrypted intermediate values: each partition's k smallest
+distances, D_k and the votes, all encrypted under the client's key); never a secret key, never a
+query, an intermediate value or an answer in the clear (README, "Scaling out").
 """
 
 from __future__ import annotations
@@ -42,7 +55,8 @@ from typing import Any
 
 from concrete import fhe
 
-from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted
+from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted, run_stage
+from petlab.crypto.knn.split.program import QUERY, StageGraph
 from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.server.knn.evaluators import (
     ClusterUnavailable,
@@ -66,7 +80,7 @@ WORKER_WAIT_SECONDS = 30.0  # a query waits this long (within its deadline) for 
 _worker_lock = threading.Lock()
 _models: dict[str, tuple[fhe.Server, threading.Lock]] = {}
 _keys: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
-_loads = {"models": 0, "keys": 0, "evaluations": 0}
+_loads = {"models": 0, "keys": 0, "evaluations": 0, "stages": 0}
 
 
 def _model(digest: str, artifact: bytes) -> tuple[fhe.Server, threading.Lock]:
@@ -113,6 +127,29 @@ def evaluate_on_worker(
     return True, result
 
 
+def run_stage_on_worker(
+    model_digest: str, artifact: bytes, key_digest: str, key_bytes: bytes, stage: str, *inputs: Any
+) -> tuple[bool, bytes | str]:
+    """One node of a split model's graph (a Dask task). ``inputs``: the query's bytes, or the
+    ``(ok, payload)`` answers of the nodes it reads; the first upstream rejection is passed on
+    unchanged, so the answer node carries it. Returns ``(True, encrypted output)`` or
+    ``(False, why the query or keys do not fit)``."""
+    for item in inputs:
+        if isinstance(item, tuple) and not item[0]:
+            return item
+    server, lock = _model(model_digest, artifact)
+    try:
+        keys = _evaluation_keys(key_digest, key_bytes)
+        values = [parse_ciphertext(item[1] if isinstance(item, tuple) else item) for item in inputs]
+        with lock:
+            result = run_stage(server, keys, stage, values).serialize()
+    except ValueError as exc:
+        return False, str(exc)
+    with _worker_lock:
+        _loads["stages"] += 1
+    return True, result
+
+
 def worker_cache_info() -> dict[str, int]:
     """This worker's loads and evaluations so far (``client.run(worker_cache_info)``)."""
     with _worker_lock:
@@ -143,8 +180,15 @@ def home_worker(key_digest: str, workers: list[str]) -> str:
 class ClusterEvaluator:
     """Sends evaluations of the hosted models to a Dask cluster (module docstring)."""
 
-    def __init__(self, cluster: DaskCluster, servers: dict[str, fhe.Server]):
+    def __init__(
+        self,
+        cluster: DaskCluster,
+        servers: dict[str, fhe.Server],
+        graphs: dict[str, StageGraph] | None = None,
+    ):
         self.cluster = cluster
+        self._graphs = dict(graphs or {})  # split models (module docstring)
+        self._rotation = 0
         self._client = cluster.client
         self._lock = threading.Lock()
         self._artifacts = {name: artifact_bytes(server) for name, server in servers.items()}
@@ -162,10 +206,12 @@ class ClusterEvaluator:
                 self._model_future(name)
 
     @classmethod
-    def start(cls, spec: ClusterSpec, servers: dict[str, fhe.Server]) -> ClusterEvaluator:
+    def start(
+        cls, spec: ClusterSpec, servers: dict[str, fhe.Server], graphs: dict[str, StageGraph] | None = None
+    ) -> ClusterEvaluator:
         cluster = DaskCluster.start(spec)
         try:
-            return cls(cluster, servers)
+            return cls(cluster, servers, graphs)
         except Exception:
             cluster.close()
             raise
@@ -222,28 +268,18 @@ class ClusterEvaluator:
             if not workers:
                 break
             model_future = self._model_future(model)
-            key_digest, key_future = self._key_future(key_id, key_path, workers)
-            order = rendezvous_order(key_digest, workers)
-            futures = []
-            for ciphertext in ciphertexts:
-                target = self._choose(order)
-                future = self._client.submit(
-                    evaluate_on_worker,
-                    self._model_digests[model],
-                    model_future,
-                    key_digest,
-                    key_future,
-                    ciphertext,
-                    workers=[target],
-                    allow_other_workers=True,
-                    retries=TASK_RETRIES,
-                    pure=False,
+            graph = self._graphs.get(model)
+            key_digest, key_future = self._key_future(key_id, key_path, workers, everywhere=graph is not None)
+            task = (self._model_digests[model], model_future, key_digest, key_future)
+            if graph is None:
+                futures = wanted = self._submit_whole(
+                    task, ciphertexts, rendezvous_order(key_digest, workers)
                 )
-                self._track(future, target)
-                futures.append(future)
+            else:
+                futures, wanted = self._submit_split(task, ciphertexts, graph, workers)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                answers = _gather_within(futures, remaining)
+                answers = _gather_within(wanted, remaining)
             except EvaluationTimedOut:
                 self._client.cancel(futures)
                 raise
@@ -267,6 +303,53 @@ class ClusterEvaluator:
                 raise EvaluationRejected(rejected[0])
             return [bytes(payload) for _, payload in answers]
         raise ClusterUnavailable(f"the evaluation cluster could not answer: {problem}")
+
+    def _submit_whole(self, task: tuple, ciphertexts: list[bytes], order: list[str]) -> list:
+        """One task per query, each on the first idle worker of the key's rendezvous order."""
+        futures = []
+        for ciphertext in ciphertexts:
+            target = self._choose(order)
+            future = self._client.submit(
+                evaluate_on_worker,
+                *task,
+                ciphertext,
+                workers=[target],
+                allow_other_workers=True,
+                retries=TASK_RETRIES,
+                pure=False,
+            )
+            self._track(future, target)
+            futures.append(future)
+        return futures
+
+    def _submit_split(
+        self, task: tuple, ciphertexts: list[bytes], graph: StageGraph, workers: list[str]
+    ) -> tuple[list, list]:
+        """One task per node of the graph, per query (module docstring): every future, and each
+        query's answer future."""
+        futures, answers = [], []
+        for ciphertext in ciphertexts:
+            with self._lock:
+                rotation, self._rotation = self._rotation, self._rotation + 1
+            values: dict[str, Any] = {QUERY: ciphertext}
+            for node in graph.nodes:
+                placement: dict[str, Any] = {}
+                if node.partition is not None:
+                    target = workers[(node.partition + rotation) % len(workers)]
+                    placement = {"workers": [target], "allow_other_workers": True}
+                future = self._client.submit(
+                    run_stage_on_worker,
+                    *task,
+                    node.stage,
+                    *(values[source] for source in node.inputs),
+                    retries=TASK_RETRIES,
+                    pure=False,
+                    **placement,
+                )
+                values[node.name] = future
+                futures.append(future)
+            answers.append(values[graph.answer.name])
+        return futures, answers
 
     def _wait_for_workers(self, deadline: float | None) -> list[str]:
         """Workers, waiting up to :data:`WORKER_WAIT_SECONDS` (and the deadline) for one to
@@ -319,7 +402,11 @@ class ClusterEvaluator:
             self._model_futures[model] = future
         return future
 
-    def _key_future(self, key_id: str, key_path: Path, workers: list[str]) -> tuple[str, Any]:
+    def _key_future(
+        self, key_id: str, key_path: Path, workers: list[str], everywhere: bool = False
+    ) -> tuple[str, Any]:
+        """The future of a key set's bytes on the cluster: on its home worker, or on every worker
+        (``everywhere``: a split model's stages run on all of them)."""
         with self._lock:
             held = self._key_futures.get(key_id)
             if held is not None and held[1].status == "finished":
@@ -327,7 +414,10 @@ class ClusterEvaluator:
                 return held
         data = key_path.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        future = self._client.scatter(data, workers=[home_worker(digest, workers)], hash=False)
+        if everywhere:
+            future = self._client.scatter(data, broadcast=True, hash=False)
+        else:
+            future = self._client.scatter(data, workers=[home_worker(digest, workers)], hash=False)
         with self._lock:
             self.key_scatters += 1
             self._key_futures[key_id] = (digest, future)

@@ -6,6 +6,12 @@ The servicer (``server.knn.service``) validates every request, holds the key sto
 exceptions below to gRPC statuses; an evaluator only runs ``server.run`` on bytes it is handed:
 the model's name, a registered key set's id and file, and serialized ciphertexts. Both keep the
 last few deserialised (and, after their first run, prepared) key sets in memory.
+
+A model is one whole circuit, or a split module with its stage graph (``crypto.knn.split``: one
+query's work over partitions of the training set). Both evaluators run either: the local one runs
+a graph's nodes one after another in this process, the cluster one sends each partition's nodes to
+a different worker. Either way the client's one ciphertext goes in and one encrypted class comes
+out; nothing between the stages leaves the server.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Protocol
 
 from concrete import fhe
 
-from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted
+from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted, run_split
+from petlab.crypto.knn.split.program import StageGraph
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +100,9 @@ class LocalEvaluator:
     """Evaluations in this process. One evaluation of a model at a time (a lock per model):
     concrete already uses every core within one evaluation."""
 
-    def __init__(self, servers: Mapping[str, fhe.Server]):
+    def __init__(self, servers: Mapping[str, fhe.Server], graphs: Mapping[str, StageGraph] | None = None):
         self._servers = dict(servers)
+        self._graphs = dict(graphs or {})  # split models: their stage graphs, run node by node
         self._locks = {name: threading.Lock() for name in self._servers}
         self._keys: OrderedDict[str, fhe.EvaluationKeys] = OrderedDict()
         self._keys_lock = threading.Lock()
@@ -112,8 +120,12 @@ class LocalEvaluator:
             with self._locks[evaluation.model]:
                 if not evaluation.still_wanted():
                     raise EvaluationTimedOut("the call ended before evaluation began")
+                server, graph = self._servers[evaluation.model], self._graphs.get(evaluation.model)
                 try:
-                    answers.append(run_encrypted(self._servers[evaluation.model], keys, query))
+                    if graph is None:
+                        answers.append(run_encrypted(server, keys, query))
+                    else:
+                        answers.append(run_split(server, keys, graph, query))
                 except ValueError as exc:
                     raise EvaluationRejected(str(exc)) from exc
         return answers

@@ -1,5 +1,6 @@
 """``petlab-server serve`` flags of the encrypted k-NN room: which models, the circuit settings,
-the key store's caps, admission slots and where evaluations run (``--cluster`` / ``--local-workers``)."""
+the key store's caps, admission slots and where evaluations run (``--cluster`` / ``--local-workers``,
+``--partitions``)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,14 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "can reconstruct the training set (experiments only)",
     )
     add_cluster_arguments(serve)  # --cluster ADDRESS | --local-workers N: evaluations on Dask
+    add_env_option(
+        serve,
+        "--partitions",
+        int,
+        0,
+        "split one query's work over this many partitions of each training set (crypto.knn.split); "
+        "0: one per cluster worker with --cluster/--local-workers, else 1 (the whole circuit in process)",
+    )
 
 
 def knn_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,6 +125,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "key_owners": args.key_owners,
         "enable_paillier_baseline": args.enable_paillier_baseline,
         "cluster": spec_from_args(args),
+        "partitions": args.partitions,
         "limits": ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,

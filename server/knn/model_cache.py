@@ -1,7 +1,8 @@
 """On-disk cache of compiled encrypted k-NN circuits (fast or paper), so a second start does not recompile.
 
 Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn.model.KnnModel.cache_key`
-(training data, settings, circuit configuration, concrete-python version). It holds ``server.zip``
+(training data, settings, circuit configuration, concrete-python version, and for a split model
+the number of partitions: its artifact is a module of stages, ``crypto.knn.split``). It holds ``server.zip``
 (concrete's server artifact) and ``meta.json`` with the artifact's SHA-256 and an HMAC-SHA256 over
 the entry (``server.knn.cache_integrity``). Both are written to a temporary name and renamed, so a crash
 never leaves a half entry. The server only loads artifacts it wrote: the cache directory must be
@@ -26,8 +27,9 @@ from concrete import fhe
 
 from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
 from petlab.crypto.knn.deployment import load_server, save_server
-from petlab.crypto.knn.families import compile_plan
+from petlab.crypto.knn.families import compile_plan, split_program
 from petlab.crypto.knn.model import KnnModel
+from petlab.crypto.knn.split.program import StageGraph, compile_program, module_statistics
 from petlab.server.knn.cache_integrity import EntryMac, private_cache_directory
 
 log = logging.getLogger(__name__)
@@ -40,40 +42,57 @@ class CompiledModel:
     statistics: dict
     compile_seconds: float  # of the compilation that produced the artifact
     from_cache: bool
+    graph: StageGraph | None = None  # a split model's stage graph (None: one whole circuit)
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("PETLAB_CACHE_DIR", Path.home() / ".cache" / "petlab" / "models"))
 
 
-def load_or_compile(model: KnnModel, config: CircuitConfig, cache_dir: Path | None = None) -> CompiledModel:
+def load_or_compile(
+    model: KnnModel, config: CircuitConfig, cache_dir: Path | None = None, parts: int = 1
+) -> CompiledModel:
     """The compiled circuit of ``model``: from ``cache_dir`` when a verified entry is there, else
-    compiled and stored. ``cache_integrity.UnsafeCache`` (a ``ValueError``) for a cache directory or
-    key that others could write."""
+    compiled and stored. With ``parts`` > 1, the split module over that many partitions of the
+    training set (``crypto.knn.split``; ``ValueError`` if the family cannot be split).
+    ``cache_integrity.UnsafeCache`` (a ``ValueError``) for a cache directory or key that others
+    could write."""
+    program = split_program(model.plan, parts, config) if parts > 1 else None
+    graph = program.graph if program is not None else None
     cache_dir = private_cache_directory(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     remove_stale_staging(cache_dir)
     mac = EntryMac.for_directory(cache_dir)
-    entry = cache_dir / model.cache_key(config)
+    entry = cache_dir / model.cache_key(config, parts)
     cached = _load_entry(entry, mac)
     if cached is not None:
         server, meta = cached
-        return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True)
+        return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True, graph)
 
-    log.info("compiling model %s (n=%d, d=%d): not in cache", model.name, model.plan.n, model.d)
+    log.info(
+        "compiling model %s (n=%d, d=%d%s): not in cache",
+        model.name,
+        model.plan.n,
+        model.d,
+        f", {parts} partitions" if program else "",
+    )
     started = time.perf_counter()
-    circuit = compile_plan(model.plan, config)
+    if program is not None:
+        compiled = compile_program(program, config)
+        statistics = module_statistics(compiled, [stage.name for stage in program.stages])
+    else:
+        compiled = compile_plan(model.plan, config)
+        statistics = circuit_statistics(compiled)
     seconds = time.perf_counter() - started
-    statistics = circuit_statistics(circuit)
     _write_entry(
         entry,
-        circuit,
+        compiled,
         {"statistics": statistics, "compile_seconds": seconds, "model": model.public_info()},
         mac,
     )
     server = _load_entry(entry, mac)
     if server is None:
         raise RuntimeError(f"compiled artifact in {entry} could not be read back")
-    return CompiledModel(model, server[0], statistics, seconds, False)
+    return CompiledModel(model, server[0], statistics, seconds, False, graph)
 
 
 STALE_STAGING_SECONDS = 3600.0
@@ -115,7 +134,7 @@ def _load_entry(entry: Path, mac: EntryMac) -> tuple[fhe.Server, dict] | None:
         return None
 
 
-def _write_entry(entry: Path, circuit: fhe.Circuit, meta: dict, mac: EntryMac) -> None:
+def _write_entry(entry: Path, circuit: fhe.Circuit | fhe.Module, meta: dict, mac: EntryMac) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=entry.parent))
     try:
         save_server(circuit, staging / "server.zip")

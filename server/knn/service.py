@@ -40,6 +40,7 @@ from petlab.crypto.knn.deployment import (
     parse_evaluation_keys,
 )
 from petlab.crypto.knn.model import KnnModel
+from petlab.crypto.knn.split.program import StageGraph
 from petlab.crypto.knn.wire_format import ForeignBytes, WireFormat
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
@@ -80,6 +81,7 @@ class HostedModel:
     model: KnnModel
     server: fhe.Server
     dataset: str
+    graph: StageGraph | None = None  # a split model's stage graph (crypto.knn.split); None: whole
     specs: bytes = b""
     specs_sha256: str = ""
     wire: WireFormat = field(init=False)

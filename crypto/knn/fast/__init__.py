@@ -9,6 +9,7 @@ from petlab.crypto.knn.family import KnnFamily
 from petlab.crypto.knn.fast import reference
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.fast.plan import FastKnnPlan, build_fast_plan
+from petlab.crypto.knn.fast.split import split_program
 
 FAMILY = KnnFamily(
     name="fast",
@@ -22,4 +23,5 @@ FAMILY = KnnFamily(
     # (2.4x slower); at 1e-4 they fit 2048. "mono" gave 18 MB of compressed evaluation keys instead
     # of 43 MB at the same latency, but a 16.4 KB result instead of 12.3 KB (Iris, n = 40).
     config=CircuitConfig(global_p_error=1e-4, parameter_selection_strategy="mono"),
+    split=split_program,  # two passes over P partitions (crypto.knn.fast.split)
 )

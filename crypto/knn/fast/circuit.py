@@ -25,47 +25,93 @@ from petlab.crypto.knn.fast.selection_network import kth_smallest
 from petlab.crypto.knn.ranges import compile_inputset, signed_bit_width
 
 
-def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
-    """The traced function: encrypted query levels (d,) -> encrypted class index."""
-    selector, matrix, onehot = plan.selector(), plan.lookup_matrix, plan.onehot
+def distance_function(plan: FastKnnPlan) -> Callable:
+    """Steps 1-2 on encrypted query levels (d,): the (n,) coarse distances to ``plan``'s points."""
+    selector, matrix = plan.selector(), plan.lookup_matrix
     costs = fhe.LookupTable([fhe.LookupTable(row.tolist()) for row in plan.cost_tables()])
     coarse = fhe.LookupTable(coarsen_table(plan.scale).tolist()) if plan.scale.coarsened else None
+    width = plan.compare_bits
+
+    def distances(q):
+        raw = costs[fhe.hint(q @ selector, bit_width=plan.bits)] @ matrix
+        dist = coarse[fhe.hint(raw, bit_width=plan.scale.raw_max.bit_length())] if coarse else raw
+        return fhe.hint(dist, bit_width=width)
+
+    return distances
+
+
+def exchange_function(plan: FastKnnPlan) -> Callable:
+    """One compare-exchange = one lookup: ``(a, b) -> (min, max)`` elementwise, for a and b in
+    ``[0, distance_max]``. The lookup reads ``a - b + distance_max``, never negative: concrete
+    takes a lookup input's signedness from the values the input set produced, and builds the table
+    for that signedness over the hinted width. Were ``a - b`` read directly, a comparator whose
+    operands the input set only ever saw in one order would get an unsigned table, constant
+    (``min(t, 0) = 0``), which concrete drops: found in a split partition (issue 25), where about
+    2 % of all queries then got an unsorted k-list. Shifted, the table is right for every value."""
     width, top = plan.compare_bits, plan.scale.distance_max
-    negative_part = fhe.univariate(lambda t: np.minimum(t, 0))
-    at_most_zero = fhe.univariate(lambda t: (t <= 0).astype(np.int64))
+    negative_part = fhe.univariate(lambda u: np.minimum(u - top, 0))
+
+    def exchange(a, b):
+        m = negative_part(fhe.hint(a - b + top, bit_width=width))
+        # a - m rather than a + b - low: each output adds one lookup's noise to one input's
+        return fhe.hint(b + m, bit_width=width), fhe.hint(a - m, bit_width=width)
+
+    return exchange
+
+
+def within_function(plan: FastKnnPlan) -> Callable:
+    """Step 4: ``(dist, kth) -> [dist <= kth]`` elementwise (one lookup per point), reading the
+    never-negative ``dist - kth + distance_max`` (see :func:`exchange_function`)."""
+    width, top = plan.compare_bits, plan.scale.distance_max
+    at_most_top = fhe.univariate(lambda u: (u <= top).astype(np.int64))
+    return lambda dist, kth: at_most_top(fhe.hint(dist - kth + top, bit_width=width))
+
+
+def decision_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
+    """Step 5: encrypted votes (C,) -> encrypted class index. The sign of ``votes_c' - votes_c - 1``
+    is read from its shift by ``2^(vote_bits - 1)``, never negative (see :func:`exchange_function`),
+    and the truncated value keeps the full width by a hint (a table built for a narrower width
+    than the value can take would be wrong beyond it)."""
     diff, win, offsets = pair_matrices(plan.n_classes)
-    vote_bits, n_classes, k = plan.vote_bits, plan.n_classes, plan.k
+    vote_bits, n_classes = plan.vote_bits, plan.n_classes
+    half = 1 << (vote_bits - 1)
     removed = max(0, vote_bits - config.sign_bits)
     is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
     wins_bits = signed_bit_width(-(n_classes - 1), n_classes - 1)
 
-    def exchange(a, b):
-        m = negative_part(fhe.hint(a - b, bit_width=width))
-        # a - m rather than a + b - low: each output adds one lookup's noise to one input's
-        return fhe.hint(b + m, bit_width=width), fhe.hint(a - m, bit_width=width)
-
-    def knn(q):
-        levels = q @ selector
-        raw = costs[levels] @ matrix
-        dist = coarse[fhe.hint(raw, bit_width=plan.scale.raw_max.bit_length())] if coarse else raw
-        dist = fhe.hint(dist, bit_width=width)
-        kth = kth_smallest(
-            dist,
-            k,
-            pad=lambda count: fhe.zeros((count,)) + top,
-            exchange=exchange,
-            minimum=lambda a, b: exchange(a, b)[0],
-            maximum=lambda a, b: exchange(a, b)[1],
-        )
-        inside = at_most_zero(fhe.hint(dist - kth, bit_width=width))
-        votes = inside @ onehot
-        gaps = fhe.hint(votes @ diff - 1, bit_width=vote_bits)
+    def decide(votes):
+        shifted = fhe.hint(votes @ diff - 1 + half, bit_width=vote_bits)  # in [0, 2 half)
         if removed:
-            gaps = fhe.truncate_bit_pattern(gaps, removed)
-        beats = gaps < 0
+            shifted = fhe.hint(fhe.truncate_bit_pattern(shifted, removed), bit_width=vote_bits)
+        beats = shifted < half  # [votes_c' - votes_c - 1 < 0]; half is a multiple of 2^removed
         wins = fhe.hint(beats @ win + offsets, bit_width=wins_bits)
         # a dot product with np.arange simulated wrongly here (concrete 2.11); sum of products is right
         return np.sum(is_winner(wins) * np.arange(n_classes))
+
+    return decide
+
+
+def network_operations(plan: FastKnnPlan) -> dict:
+    """The selection network's operations (``selection_network``) for encrypted distances."""
+    exchange, top = exchange_function(plan), plan.scale.distance_max
+    return {
+        "pad": lambda count: fhe.zeros((count,)) + top,
+        "exchange": exchange,
+        "minimum": lambda a, b: exchange(a, b)[0],
+        "maximum": lambda a, b: exchange(a, b)[1],
+    }
+
+
+def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
+    """The traced function: encrypted query levels (d,) -> encrypted class index."""
+    distances, within = distance_function(plan), within_function(plan)
+    decide = decision_function(plan, config)
+    network, onehot, k = network_operations(plan), plan.onehot, plan.k
+
+    def knn(q):
+        dist = distances(q)
+        kth = kth_smallest(dist, k, **network)
+        return decide(within(dist, kth) @ onehot)
 
     return knn
 

@@ -47,7 +47,7 @@ lookups, all of at most 4 bits; growth in n is linear (427 network comparators a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -162,12 +162,7 @@ def build_fast_plan(
     checked = build_plan(train, labels, n_classes, k, bits)  # the paper plan's input validation
     train, labels = checked.train, checked.labels
     scale = choose_scale(train.shape[1], bits, distance_bits)
-    features, values, columns = [], [], []
-    for f in range(train.shape[1]):
-        for v in np.unique(train[:, f]):
-            features.append(f)
-            values.append(int(v))
-            columns.append((train[:, f] == v).astype(np.int64))
+    features, values, matrix = distinct_value_lookups(train)
     return FastKnnPlan(
         train=train,
         labels=labels,
@@ -176,10 +171,39 @@ def build_fast_plan(
         bits=int(bits),
         distance_bits=int(distance_bits),
         scale=scale,
-        lookup_features=np.asarray(features, dtype=np.int64),
-        lookup_values=np.asarray(values, dtype=np.int64),
-        lookup_matrix=np.stack(columns),
+        lookup_features=features,
+        lookup_values=values,
+        lookup_matrix=matrix,
         onehot=np.eye(n_classes, dtype=np.int64)[labels],
+    )
+
+
+def distinct_value_lookups(train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One lookup per (feature, distinct training level) (step 1): its feature, its level, and the
+    (L, n) 0/1 matrix that adds each lookup's cost to the points holding that level."""
+    features, values, columns = [], [], []
+    for f in range(train.shape[1]):
+        for v in np.unique(train[:, f]):
+            features.append(f)
+            values.append(int(v))
+            columns.append((train[:, f] == v).astype(np.int64))
+    return np.asarray(features, dtype=np.int64), np.asarray(values, dtype=np.int64), np.stack(columns)
+
+
+def restrict(plan: FastKnnPlan, indices: np.ndarray) -> FastKnnPlan:
+    """The plan's constants for a subset of its training points (a partition of a split
+    evaluation, ``crypto.knn.fast.split``): the same public scale and widths, the subset's own
+    lookups. Not validated again: every subset of a valid plan's points is valid data."""
+    train = plan.train[indices]
+    features, values, matrix = distinct_value_lookups(train)
+    return replace(
+        plan,
+        train=train,
+        labels=plan.labels[indices],
+        lookup_features=features,
+        lookup_values=values,
+        lookup_matrix=matrix,
+        onehot=plan.onehot[indices],
     )
 
 

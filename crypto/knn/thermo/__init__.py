@@ -9,6 +9,7 @@ from petlab.crypto.knn.thermo import reference
 from petlab.crypto.knn.thermo.circuit import compile_thermo_circuit
 from petlab.crypto.knn.thermo.encoding import thermometer
 from petlab.crypto.knn.thermo.plan import ThermoPlan, build_thermo_plan
+from petlab.crypto.knn.thermo.split import split_program
 
 FAMILY = KnnFamily(
     name="thermo",
@@ -20,4 +21,5 @@ FAMILY = KnnFamily(
     selection_rule=reference.selection_rule,
     config=CircuitConfig(global_p_error=1e-4, parameter_selection_strategy="multi"),
     encode=thermometer,
+    split=split_program,  # one pass over P partitions (crypto.knn.thermo.split)
 )

@@ -10,7 +10,8 @@ and both run the same :class:`crypto.knn.thermo.network.MergeProgram`. Circuit-s
   [0, 2F]: unsigned), ``low = b - r``, ``high = a + r`` (one lookup per comparator, a whole layer
   at once). Operands are gathered with clear index arrays (no PBS).
 - Every lookup reads an offset, unsigned value, and concrete's table trimming to the input set's
-  observed range is off (``optimize_tlu_based_on_original_bit_width=False``). Why: concrete types a
+  observed range is off (``optimize_tlu_based_on_original_bit_width=False``, set for every family
+  in ``crypto.knn.config.CircuitConfig``). Why: concrete types a
   value signed or unsigned from the bounds the input set reached, and trims a table to those
   bounds; a signed difference that the input set never saw negative (a comparator deep in the
   network, e.g. the last one) was typed unsigned, its table ``min(t, 0)`` became constant and the
@@ -32,7 +33,7 @@ from concrete import fhe
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.fast.plan import class_pairs, pair_matrices
 from petlab.crypto.knn.thermo.encoding import thermometer
-from petlab.crypto.knn.thermo.plan import ThermoPlan
+from petlab.crypto.knn.thermo.plan import DistanceSpec, ThermoPlan
 
 # a class decided by one lookup of the packed pairwise bits while there are at most this many pairs
 PACKED_PAIRS = 3
@@ -57,22 +58,14 @@ def packed_winner_table(n_classes: int) -> list[int]:
     return table
 
 
-def circuit_function(plan: ThermoPlan) -> Callable:
-    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
-    spec, program = plan.spec, plan.program
-    weights, offsets = plan.weights, plan.offsets
-    dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
-    fill = spec.filler
-    shortfall = fhe.univariate(lambda u: np.maximum(fill - u, 0))  # u = a + F - b: max(b - a, 0)
-    within = fhe.univariate(lambda u: (u <= fill).astype(np.int64))  # u = a + F - D_k: [a <= D_k]
-    below = fhe.univariate(lambda u: (u < plan.k + 1).astype(np.int64))  # u = gap + k + 1: [gap < 0]
-    reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
-    real = program.real_list_slots
-    slots = np.asarray([s for _, s in real], dtype=np.int64)
-    onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
-    onehot[np.arange(len(real)), [c for c, _ in real]] = 1
-    diff, win, win_offsets = pair_matrices(plan.n_classes)
-    n_pairs, n_classes = diff.shape[1], plan.n_classes
+def decision_function(n_classes: int, vote_gap_bits: int) -> Callable:
+    """Step 6 on encrypted votes (C,): the class. The pairwise signs read ``votes_c' - votes_c - 1``
+    shifted by ``2^(vote_gap_bits - 1)``, never negative: concrete takes a lookup input's
+    signedness from the input set's values, and a table built unsigned for a value that can be
+    negative is wrong (``crypto.knn.fast.circuit.exchange_function``; issue 25)."""
+    diff, win, win_offsets = pair_matrices(n_classes)
+    n_pairs = diff.shape[1]
+    half = 1 << (vote_gap_bits - 1)
     packed = (
         fhe.LookupTable(packed_winner_table(n_classes)) if n_classes > 2 and n_pairs <= PACKED_PAIRS else None
     )
@@ -80,24 +73,8 @@ def circuit_function(plan: ThermoPlan) -> Callable:
     is_winner = fhe.univariate(lambda w: (w == n_classes - 1).astype(np.int64))
     wins_bits = max(1, (n_classes - 1).bit_length())  # wins_c in [0, C - 1]: classes c beats
 
-    def exchange(a, b):
-        r = shortfall(fhe.hint(a + fill - b, bit_width=cmp_bits))
-        return fhe.hint(b - r, bit_width=dist_bits), fhe.hint(a + r, bit_width=dist_bits)
-
-    def knn(code):
-        raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
-        if reduction is not None:
-            if spec.shift:
-                raw = fhe.truncate_bit_pattern(raw, spec.shift)
-            distances = reduction[raw]
-        else:
-            distances = raw
-        store = program.run(
-            fhe.hint(distances, bit_width=dist_bits), exchange, lambda parts: np.concatenate(tuple(parts))
-        )
-        inside = within(fhe.hint(store[slots] + fill - store[program.kth], bit_width=cmp_bits))
-        votes = inside @ onehot
-        beats = below(fhe.hint(votes @ diff + plan.k, bit_width=plan.vote_gap_bits))
+    def decide(votes):
+        beats = fhe.hint(votes @ diff - 1 + half, bit_width=vote_gap_bits) < half
         if n_classes == 2:
             return 1 - beats[0]
         if packed is not None:
@@ -105,6 +82,48 @@ def circuit_function(plan: ThermoPlan) -> Callable:
         wins = fhe.hint(beats @ win + win_offsets, bit_width=wins_bits)
         # a dot product with np.arange simulated wrongly (concrete 2.11, fast family); a sum is right
         return np.sum(is_winner(wins) * np.arange(n_classes))
+
+    return decide
+
+
+def distance_function(spec: DistanceSpec, weights: np.ndarray, offsets: np.ndarray) -> Callable:
+    """Steps 1-2 on an encrypted code: the points' distances (``weights`` and ``offsets``: their
+    columns of the plan's, for a subset of the points)."""
+    reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
+
+    def distances(code):
+        raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
+        if reduction is not None:
+            if spec.shift:
+                raw = fhe.truncate_bit_pattern(raw, spec.shift)
+            raw = reduction[raw]
+        return fhe.hint(raw, bit_width=spec.distance_bits)
+
+    return distances
+
+
+def circuit_function(plan: ThermoPlan) -> Callable:
+    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
+    spec, program = plan.spec, plan.program
+    dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
+    fill = spec.filler
+    shortfall = fhe.univariate(lambda u: np.maximum(fill - u, 0))  # u = a + F - b: max(b - a, 0)
+    within = fhe.univariate(lambda u: (u <= fill).astype(np.int64))  # u = a + F - D_k: [a <= D_k]
+    distances = distance_function(spec, plan.weights, plan.offsets)
+    real = program.real_list_slots
+    slots = np.asarray([s for _, s in real], dtype=np.int64)
+    onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
+    onehot[np.arange(len(real)), [c for c, _ in real]] = 1
+    decide = decision_function(plan.n_classes, plan.vote_gap_bits)
+
+    def exchange(a, b):
+        r = shortfall(fhe.hint(a + fill - b, bit_width=cmp_bits))
+        return fhe.hint(b - r, bit_width=dist_bits), fhe.hint(a + r, bit_width=dist_bits)
+
+    def knn(code):
+        store = program.run(distances(code), exchange, lambda parts: np.concatenate(tuple(parts)))
+        inside = within(fhe.hint(store[slots] + fill - store[program.kth], bit_width=cmp_bits))
+        return decide(inside @ onehot)
 
     return knn
 
@@ -121,7 +140,4 @@ def compile_inputset(plan: ThermoPlan, seed: int = 0, random_queries: int = 64) 
 def compile_thermo_circuit(plan: ThermoPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
     """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
     compiler = fhe.Compiler(circuit_function(plan), {"code": "encrypted"})
-    configuration = config.concrete_configuration(simulation).fork(
-        optimize_tlu_based_on_original_bit_width=False
-    )
-    return compiler.compile(compile_inputset(plan), configuration)
+    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
