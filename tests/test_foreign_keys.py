@@ -27,7 +27,7 @@ import pytest
 
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.deployment import KnnClient
-from petlab.crypto.knn.families import classify_clear
+from petlab.crypto.knn.families import classify_clear, encode_query
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.plaindata import acs_sample_path
@@ -42,10 +42,16 @@ pytestmark = pytest.mark.slow
 
 SERVER = Path(sys.executable).with_name("petlab-server")
 CHUNK = 1 << 20
+IRIS = KnnSettings(n=6, k=3)  # what the server below serves (petlab-server's defaults otherwise)
 FOREIGN = {
     "another n (Iris, n = 10)": ("iris", KnnSettings(n=10, k=3)),
     "another data set (Wine, n = 6)": ("wine", KnnSettings(n=6, k=3)),
 }
+
+
+def encrypted_zeros(client: KnnClient, settings: KnnSettings, d: int) -> bytes:
+    """The all-zero query, encoded as the family of ``settings`` wants it, encrypted."""
+    return client.encrypt(encode_query(settings.algorithm, np.zeros(d, dtype=np.int64), settings.bits))
 
 
 class Server:
@@ -90,7 +96,7 @@ def planted(tmp_path_factory, keyed_model) -> tuple[Path, str, KnnClient, str]:
     another circuit's keys (Iris, n = 10) stored under iris's tag with a warm-up query, as a store
     written before the checks (or altered on disk) would hold them."""
     data_dir = tmp_path_factory.mktemp("foreign-keys") / "data"
-    hosted = load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=KnnSettings(n=6, k=3)))
+    hosted = load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=IRIS))
     own = KnnClient(hosted["iris"].specs)
     own.generate_keys()
     _, foreign = keyed_model(*FOREIGN["another n (Iris, n = 10)"])
@@ -100,7 +106,7 @@ def planted(tmp_path_factory, keyed_model) -> tuple[Path, str, KnnClient, str]:
         key_tag(hosted["iris"]), "planted", len(keys), hashlib.sha256(keys).hexdigest(), [keys]
     ).key_id
     store.close()
-    WarmupStore(data_dir / "warmup").put(key_id, own.encrypt(np.zeros(4, dtype=np.int64)))
+    WarmupStore(data_dir / "warmup").put(key_id, encrypted_zeros(own, IRIS, 4))
     return data_dir, key_id, own, hosted["iris"].specs_sha256
 
 
@@ -151,7 +157,7 @@ def test_a_foreign_key_set_is_refused_never_run(server, own, keyed_model, name):
     as sent (the announced size is not iris's) and padded to iris's size (the key set itself),
     and nothing was stored; the server and its controller keep serving."""
     _, foreign = keyed_model(*FOREIGN[name])
-    keys, warmup = foreign.evaluation_keys_bytes(), own.encrypt(np.zeros(4, dtype=np.int64))
+    keys, warmup = foreign.evaluation_keys_bytes(), encrypted_zeros(own, IRIS, 4)
     stored = sorted(server.data_dir.glob("keys/*.bin"))
     assert "bytes; the upload announces" in refused(server.knn.RegisterKeys, chunks(keys, warmup))
     expected = len(own.evaluation_keys_bytes())
@@ -165,12 +171,12 @@ def test_a_foreign_key_set_is_refused_never_run(server, own, keyed_model, name):
 def test_queries_in_another_layout_are_refused_and_genuine_ones_answered(server, own, keyed_model):
     """A warm-up query and a query whose payload is cut in two (each killed concrete), and a query
     of another data set: INVALID_ARGUMENT. Then a genuine query is classified as in the clear."""
-    zeros = own.encrypt(np.zeros(4, dtype=np.int64))
+    zeros = encrypted_zeros(own, IRIS, 4)
     keys = own.evaluation_keys_bytes()
     assert "warm-up query does not fit" in refused(server.knn.RegisterKeys, chunks(keys, recut(zeros)))
     key_id = server.knn.RegisterKeys(chunks(keys, zeros), timeout=300).key_id
     _, wine = keyed_model(*FOREIGN["another data set (Wine, n = 6)"])
-    for query in (recut(zeros), wine.encrypt(np.zeros(13, dtype=np.int64))):
+    for query in (recut(zeros), encrypted_zeros(wine, FOREIGN["another data set (Wine, n = 6)"][1], 13)):
         request = knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=query)
         assert "bad encrypted query" in refused(server.knn.Classify, request)
     batch = knn_pb2.ClassifyBatchRequest(model="iris", key_id=key_id, encrypted_queries=[zeros, recut(zeros)])
@@ -178,9 +184,11 @@ def test_queries_in_another_layout_are_refused_and_genuine_ones_answered(server,
     server.assert_serving()
 
     train, test = load_bundled("iris").split()
-    model = build_model("iris", train.features, train.labels, KnnSettings(n=6, k=3), train.class_names)
+    model = build_model("iris", train.features, train.labels, IRIS, train.class_names)
     levels = model.quantizer.transform(test.features[:1])
-    request = knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=own.encrypt(levels[0]))
+    request = knn_pb2.ClassifyRequest(
+        model="iris", key_id=key_id, encrypted_query=own.encrypt(model.encode(levels[0]))
+    )
     answer = server.knn.Classify(request, timeout=300).encrypted_class
     assert own.decrypt_class(answer) == int(classify_clear(model.plan, levels)[0])
 
@@ -190,7 +198,7 @@ def test_foreign_keys_planted_in_the_store_are_dropped_at_start(server, planted,
     run the planted ones (and die). It forgets them, starts, and answers their id as unknown."""
     key_id = planted[1]
     assert f"stored key {key_id} not prepared (forgotten)" in server.log.read_text()
-    query = own.encrypt(np.zeros(4, dtype=np.int64))
+    query = encrypted_zeros(own, IRIS, 4)
     with pytest.raises(grpc.RpcError) as failure:
         server.knn.Classify(
             knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=query), timeout=60

@@ -69,6 +69,10 @@ class KnnModel:
     def algorithm(self) -> str:
         return family_of(self.plan).name
 
+    def encode(self, levels: np.ndarray) -> np.ndarray:
+        """What a client of this model encrypts for quantized ``levels`` (its family's encoding)."""
+        return family_of(self.plan).encode(np.asarray(levels, dtype=np.int64), self.plan.bits)
+
     def public_info(self) -> dict:
         return {
             "name": self.name,
