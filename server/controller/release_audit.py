@@ -6,9 +6,12 @@ made on this data set (one global history, ``session_store`` keeps it under the 
 SHA-256), not against the requesting analyst's own.
 
 What is released. Every statistic is a set of linear functionals of the records (``analyses``
-names them beside each statistic): a count over S is 1_S . 1, a sum or mean is 1_S . y (and its
-count), a table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup
-of S for a discrete predictor, the weighted set x . 1_S for a numeric one). The audit pools the
+names them beside each statistic): a count over S is 1_S . 1, a sum or mean is 1_S . y and is
+audited as the weighted functional y . 1_S as well (with y's values taken as known: a sum of a
+column with few values is a count of finer sets, and a set defined by y's value pins y on it), a
+table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup of S for a
+discrete predictor, the weighted set x . 1_S for a numeric one, y . Q for each of those sets Q).
+The audit pools the
 weight vectors of all functionals, whatever column they weigh, into one matrix M (pooling only
 adds combinations, so it can refuse more, never less), with the universe 1_all always in it (N is
 public).
@@ -301,17 +304,21 @@ class ReleaseAudit:
         return matrix
 
     def _times(self, coefficients, bits, weights, records, p) -> np.ndarray:
-        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p."""
-        weighted = [row for row, weight in enumerate(weights) if weight is not None]
-        plain = np.ones(len(weights), dtype=bool)
-        plain[weighted] = False
-        plain_bits = bits if not weighted else bits[plain]
-        plain_coefficients = coefficients if not weighted else coefficients[:, plain]
+        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p: the
+        query sets by one exact product with their bits, the weighted rows by one exact product per
+        weighing column (its rows' bits times the column's residues), in blocks of records."""
+        by_weight: dict[str | None, list[int]] = {}
+        for row, weight in enumerate(weights):
+            by_weight.setdefault(weight, []).append(row)
         out = np.zeros((len(coefficients), len(records)), dtype=np.int64)
-        for start in range(0, len(records), 8192):
-            gathered = self._gather(plain_bits, records[start : start + 8192])
-            out[:, start : start + 8192] = times_bits(plain_coefficients, gathered, p)
-        for row in weighted:
-            column = self._over_atoms(bits[row : row + 1], [weights[row]], records, p)[0]
-            out = (out + coefficients[:, row : row + 1] * column[None, :] % p) % p
+        for weight, rows in by_weight.items():
+            chosen, part = bits[rows], coefficients[:, rows]
+            for start in range(0, len(records), 8192):
+                block = records[start : start + 8192]
+                gathered = self._gather(chosen, block)
+                if weight is None:
+                    product = times_bits(part, gathered, p)
+                else:
+                    product = matmul(part, gathered * self._weight_residues(weight, p)[block][None, :], p)
+                out[:, start : start + 8192] = (out[:, start : start + 8192] + product) % p
         return out
