@@ -9,6 +9,7 @@ its protection is removed.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 from fractions import Fraction
@@ -704,3 +705,66 @@ def test_an_interpolated_quantile_is_a_count(server, channel, monkeypatch):
     ones = int((first["n"] - 1) * p) + 1
     assert ones - second["count"] == int((group.incc == 1).sum())
     assert len(group) < 10
+
+
+def _cross_cell() -> tuple[str, str, list[int], list[int], int, int]:
+    """Two columns, three values of each, whose 3 x 3 cross table has one cell of 1 to 9 records and
+    every other cell of at least 12 (the table itself is refused)."""
+    for first, second in itertools.permutations(["race", "ms", "wc", "waob", "rel"], 2):
+        held_1, held_2 = DATA[first].value_counts(), DATA[second].value_counts()
+        common_1 = sorted(int(v) for v in held_1[held_1 >= 40].index)[:6]
+        common_2 = sorted(int(v) for v in held_2[held_2 >= 40].index)[:6]
+        for levels_1 in itertools.combinations(common_1, 3):
+            for levels_2 in itertools.combinations(common_2, 3):
+                chosen = DATA[DATA[first].isin(levels_1) & DATA[second].isin(levels_2)]
+                table = pd.crosstab(chosen[first], chosen[second])
+                table = table.reindex(index=list(levels_1), columns=list(levels_2), fill_value=0).to_numpy()
+                small = (table > 0) & (table < 10)
+                if small.sum() == 1 and (table[~small] >= 12).all():
+                    i, j = (int(v) for v in np.argwhere(small)[0])
+                    return first, second, list(levels_1), list(levels_2), i, j
+    raise AssertionError("no cross cell")
+
+
+def test_two_discrete_predictors_reveal_a_cross_cell(server, channel, monkeypatch):
+    """OLS of hours on two three-valued predictors: X^T X holds the sum of x1 x2 over S, one
+    combination of the nine cross cells. The margins (means over each level), three large cells
+    (counts) and that combination determine every cell, among them one of fewer than t records,
+    which no two released sets differ by. The regression is audited with the product x1 x2 as a
+    weighted functional, so it is refused; without it, the cell follows in exact rationals."""
+    first, second, levels_1, levels_2, i, j = _cross_cell()
+    where = {first: {"in": levels_1}, second: {"in": levels_2}}
+    specs = [mean(where)]
+    specs += [mean({**where, first: {"eq": v}}) for v in levels_1]
+    specs += [mean({**where, second: {"eq": v}}) for v in levels_2]
+    cells = [(a, b) for a in range(3) for b in range(3) if a != i and b != j][:3]
+    specs += [
+        {"type": "count", "where": {**where, first: {"eq": levels_1[a]}, second: {"eq": levels_2[b]}}}
+        for a, b in cells
+    ]
+    specs.append({"type": "regression", "outcome": "hpw", "predictors": [first, second], "where": where})
+    results = outcomes(channel, specs)
+    assert None not in results[:-1] and results[-1] is None
+    before_red22(server, monkeypatch)
+    results = outcomes(channel, specs)
+    assert None not in results
+    coefficients = {k: Fraction(v) for k, v in results[-1]["coefficients"].items()}
+    second_results = results[4:7]
+    sum_2 = sum(v * r["n"] for v, r in zip(levels_2, second_results, strict=True))
+    sum_22 = sum(v * v * r["n"] for v, r in zip(levels_2, second_results, strict=True))
+    sum_2y = sum(v * total(r) for v, r in zip(levels_2, second_results, strict=True))
+    # X^T X beta = X^T y, the row of x2: sum(x2) b0 + sum(x1 x2) b1 + sum(x2^2) b2 = sum(x2 y)
+    sum_12 = (sum_2y - sum_2 * coefficients["intercept"] - sum_22 * coefficients[second]) / coefficients[
+        first
+    ]
+    rows = [[int(a == r) for a in range(3) for _ in range(3)] for r in range(3)]  # each level's n
+    rows += [[int(b == c) for _ in range(3) for b in range(3)] for c in range(2)]
+    rows += [[int((a, b) == cell) for a in range(3) for b in range(3)] for cell in cells]
+    rows.append([levels_1[a] * levels_2[b] for a in range(3) for b in range(3)])
+    known = [r["n"] for r in results[1:4]] + [r["n"] for r in results[4:6]]
+    known += [r["count"] for r in results[7:10]] + [sum_12]
+    x = solve_exactly(rows, [int((a, b) == (i, j)) for a in range(3) for b in range(3)])
+    assert x is not None
+    cell = (DATA[first] == levels_1[i]) & (DATA[second] == levels_2[j])
+    assert abs(sum(c * k for c, k in zip(x, known, strict=True)) - int(cell.sum())) < Fraction(1, 10**6)
+    assert 0 < cell.sum() < 10

@@ -30,7 +30,10 @@ regression        n = 1_S and the sums its coefficients are built from, X^T 1_S,
                   whose intercept and slope are the two subgroup means); for a numeric
                   predictor x the weighted set x . 1_S; the outcome y weighs every one of
                   those query sets (y . 1_S, y . 1_{S, x = v}: a two-valued outcome's subgroup
-                  means are counts)
+                  means are counts); and the products X^T X and X^T y hold that the query sets
+                  do not span, as weighted functionals (x1*x2) . 1_S: every pair of predictors
+                  (two discrete ones' product is a combination of their cross cells), x^2 and
+                  x y for a numeric x (``_products``)
 ================  ===========================================================================
 
 A future statistic names its functionals here, beside its evaluation; a non-linear one also
@@ -44,6 +47,7 @@ Two released sets with the same records and different definitions show an empty 
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -51,6 +55,8 @@ from importlib import resources
 import jsonschema
 import numpy as np
 import pandas as pd
+
+from petlab.server.controller.release_audit import PRODUCT
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -368,6 +374,7 @@ def _regression(
     query_sets, definitions = [mask], [definition(admits, domains)]
     weighted: list[tuple[int, str]] = []
     sums = [spec["outcome"]]
+    numeric: list[str] = []
     for predictor in predictors:
         levels = pd.unique(subset[predictor])
         if 0 < len(levels) <= DISCRETE_LEVELS:
@@ -378,7 +385,9 @@ def _regression(
         else:
             weighted.append((0, predictor))
             sums.append(predictor)
+            numeric.append(predictor)
     weighted += [(index, spec["outcome"]) for index in range(len(query_sets))]
+    weighted += [(0, PRODUCT.join(pair)) for pair in _products(predictors, numeric, spec["outcome"])]
     shared = None
     for index, query_set in enumerate(query_sets):
         shared = _shared_value(query_set, data, sums if index == 0 else [spec["outcome"]], admits, domains)
@@ -395,6 +404,17 @@ def _regression(
         max_leverage=_max_leverage(x),
         rarest_predictor_value=_rarest_discrete_value(subset, predictors),
     )
+
+
+def _products(predictors: list[str], numeric: list[str], outcome: str) -> list[tuple[str, str]]:
+    """The products of columns whose sums over S a regression releases and its query sets do not
+    already span: X^T X's x_j x_l for every pair of predictors (for two discrete predictors a
+    combination of their cross cells: with the margins and a few cells, the coefficients give a
+    cross cell of fewer than t records), x^2 for a numeric x, and X^T y's x y for a numeric x (for
+    a discrete x, x y is a combination of y . 1_{S, x = v})."""
+    pairs = list(itertools.combinations(predictors, 2))
+    pairs += [(x, x) for x in numeric] + [(x, outcome) for x in numeric]
+    return pairs
 
 
 def _max_leverage(x: np.ndarray) -> float:

@@ -82,6 +82,19 @@ from petlab.server.controller.small_groups import SearchBudget, find_group
 
 SUPPORT_SAMPLES = 3
 SPAN_MARGIN = 8
+PRODUCT = "*"  # a weight "x*y" is the product of the columns x and y (a regression's X^T X, X^T y)
+
+
+def factors(weight: str, columns) -> list[str]:
+    """The columns whose product is ``weight``: the column of that name if there is one, else the
+    names between ``PRODUCT`` signs."""
+    if weight in columns:
+        return [weight]
+    parts = weight.split(PRODUCT)
+    missing = [part for part in parts if part not in columns]
+    if missing:
+        raise ValueError(f"no column {missing[0]!r} to weigh a functional")
+    return parts
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,8 @@ class Functional:
     """A released linear functional: weight 1 (or the value of ``weight``) on each member record."""
 
     members: np.ndarray  # packed bits over the records (np.packbits of a boolean mask)
-    weight: str | None = None  # a numeric column weighing the members (regressions' predictors)
+    # a numeric column weighing the members, or a product of columns "x*y" (``PRODUCT``)
+    weight: str | None = None
 
     @classmethod
     def of(cls, mask: np.ndarray, weight: str | None = None) -> Functional:
@@ -257,8 +271,8 @@ class ReleaseAudit:
     def _validate(self, functional: Functional) -> None:
         if functional.members.shape != (self._bits.shape[1],):
             raise ValueError("a functional's members must be packed bits over all records")
-        if functional.weight is not None and functional.weight not in self.data.columns:
-            raise ValueError(f"no column {functional.weight!r} to weigh a functional")
+        if functional.weight is not None:
+            factors(functional.weight, self.data.columns)
 
     def _refined(self, functionals: list[Functional]) -> np.ndarray:
         """Atoms after adding ``functionals``: records split by each functional's weight."""
@@ -267,9 +281,10 @@ class ReleaseAudit:
         for functional in functionals:
             member = np.unpackbits(functional.members, count=n).astype(bool)
             code = member.astype(np.int64)
-            if functional.weight is not None:  # members split by their weight
-                values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
-                code[member] = np.unique(values, return_inverse=True)[1] + 1
+            if functional.weight is not None:  # members split by their factors' values (so by weight)
+                columns = factors(functional.weight, self.data.columns)
+                values = self.data[columns].to_numpy(dtype=np.float64)[member]
+                code[member] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
             span = int(code.max()) + 1
             if int(key.max()) >= (1 << 62) // max(span, 1):
                 key = np.unique(key, return_inverse=True)[1].astype(np.int64)
@@ -280,15 +295,21 @@ class ReleaseAudit:
         member = np.unpackbits(functional.members, count=self.n_records).astype(bool)
         if functional.weight is None:
             return row_log2_norm(member.astype(np.float64))
-        values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
-        _, log2_denominator = residues(values, self.primes[0]) if len(values) else (None, 0)
-        return row_log2_norm(values) + log2_denominator
+        product, log2_denominator = np.ones(int(member.sum())), 0
+        for column in factors(functional.weight, self.data.columns):
+            values = self.data[column].to_numpy(dtype=np.float64)[member]
+            product = product * values
+            log2_denominator += residues(values, self.primes[0])[1] if len(values) else 0
+        return row_log2_norm(product) + log2_denominator
 
-    def _weight_residues(self, column: str, p: int) -> np.ndarray:
-        if (column, p) not in self._residues:
-            values = self.data[column].to_numpy(dtype=np.float64)
-            self._residues[column, p] = residues(values, p)[0]
-        return self._residues[column, p]
+    def _weight_residues(self, weight: str, p: int) -> np.ndarray:
+        """Each record's weight mod p: the product of its factors' exact residues."""
+        if (weight, p) not in self._residues:
+            out = np.ones(self.n_records, dtype=np.int64)
+            for column in factors(weight, self.data.columns):
+                out = out * residues(self.data[column].to_numpy(dtype=np.float64), p)[0] % p
+            self._residues[weight, p] = out
+        return self._residues[weight, p]
 
     @staticmethod
     def _gather(bits: np.ndarray, records: np.ndarray) -> np.ndarray:
