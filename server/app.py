@@ -415,6 +415,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
             identity=controller_identity(
                 options.analysis_data, rules, options.data_dir, options.controller_id
             ),
+            diagnostics=options.data_dir / "controller-diagnostics.log",
         )
     return services
 

@@ -96,13 +96,23 @@ def test_sequence_runs_to_the_end(channel):
     assert sum(table["cells"].values()) == 5000
 
 
-def test_disclosive_output_aborts_and_hides_the_rest(channel, caplog):
+def confidential(server) -> str:
+    """The controller's confidential diagnostics (exact refusal reasons), owner-only."""
+    path = server.controller.diagnostics.path
+    assert path.stat().st_mode & 0o777 == 0o600
+    text = path.read_text()
+    assert text.startswith("# CONFIDENTIAL")
+    return text
+
+
+def test_disclosive_output_aborts_and_hides_the_rest(channel, server, caplog):
     document = prepare([GOOD[0], {"type": "max", "column": "hpw"}, GOOD[1]], ANALYST)
     out = io.StringIO()
     with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(document, channel, out=out) == 3
     assert "analysis 2: ABORTED" in out.getvalue() and "withheld: disclosure control" in out.getvalue()
-    assert "single record" not in out.getvalue() and "single record" in caplog.text
+    assert "single record" not in out.getvalue() and "single record" in confidential(server)
+    assert "single record" not in caplog.text  # the ordinary log names the category only
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
     assert (
         status_of(stub.Next, controller_pb2.NextRequest(session_id="0" * 32, trace=b"\x00" * 64))
@@ -123,7 +133,8 @@ def test_tracker_attack_through_the_service(channel, server, caplog):
         assert run(document, channel, out=out) == 3
     refusal = out.getvalue().splitlines()[-2]
     assert refusal == "analysis 2: ABORTED: analysis 2: withheld: disclosure control"
-    assert "query-set-size control" in caplog.text  # the exact figure stays in the log
+    assert "query-set-size control" in confidential(server)  # the exact figure stays there
+    assert "record(s)" not in caplog.text and "withheld: disclosure control" in caplog.text
 
 
 def test_changed_or_malformed_traces(channel):
@@ -364,7 +375,7 @@ def _four_set_tracker() -> list[dict]:
     raise AssertionError(f"no single-man group found ({int(men.sum())} men)")
 
 
-def test_four_set_tracker_is_refused(channel, caplog):
+def test_four_set_tracker_is_refused(channel, server, caplog):
     """Attack: pairwise query-set control let this sequence through, and the four released means
     gave the hours worked of the one man in B exactly. The exact audit refuses the third: N is public
     (the README gives it; the audit always counts the universe as released), so A, B and "neither"
@@ -380,7 +391,7 @@ def test_four_set_tracker_is_refused(channel, caplog):
     assert [line.split(":")[0] for line in lines[:3]] == ["analysis 1", "analysis 2", "analysis 3"]
     assert all("ABORTED" not in line for line in lines[:2])
     assert lines[2] == "analysis 3: ABORTED: analysis 3: withheld: disclosure control"
-    assert "linear combination" in caplog.text
+    assert "linear combination" in confidential(server) and "linear combination" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ its protection is removed.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 from fractions import Fraction
@@ -24,7 +25,7 @@ from petlab.client.knn_client import make_channel
 from petlab.crypto.chain.traces import public_key_bytes, public_key_pem
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc
-from petlab.server.controller import release_audit, release_history
+from petlab.server.controller import release_audit, release_history, service
 from petlab.server.controller.analyses import evaluate
 from petlab.server.controller.output_checking import ACRO_PARITY, check
 from petlab.server.controller.people import key_person
@@ -91,7 +92,8 @@ def test_two_persons_cannot_difference_out_one_record(server, channel, monkeypat
     assert outcomes(channel, [whole])[0]["n"] == int(in_s.sum()) > 100
     with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert outcomes(channel, [without]) == [None]  # another person: refused all the same
-    assert "query-set-size control" in caplog.text
+    assert "query-set-size control" in server.controller.diagnostics.path.read_text()
+    assert "query-set-size control" not in caplog.text  # figures go to the confidential file only
 
     per_person: dict[str, ReleaseHistory] = {}
     servicer = server.controller
@@ -515,7 +517,7 @@ def test_the_history_survives_a_restart_and_is_tied_to_the_data(serve, tmp_path,
         serve(tmp_path, **settings) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
     ):
-        assert "1 functionals released before" in caplog.text
+        assert "2 functionals released before" in caplog.text  # the count and the sum
         assert outcomes(channel, [without]) == [None]
     changed = tmp_path / "changed.csv"
     DATA.assign(hpw=DATA.hpw.where(DATA.index != 0, DATA.hpw[0] + 1)).to_csv(changed, index=False)
@@ -536,3 +538,234 @@ def test_the_example_sequences_still_release(channel):
     specs = json.loads(resources.files("petlab.client.examples").joinpath("analyses.json").read_text())
     results = outcomes(channel, specs["analyses"])
     assert len(results) == len(specs["analyses"]) and None not in results
+
+
+# ---------------------------------------------------------------- 9. sums that are counts (red-22)
+#
+# A sum of a column over S is not only "S's sum": where the column takes few values, it is a count
+# of a finer set the audit never saw (the mean of sex over S is 1 + the share of women in S), and a
+# set defined by the column's value pins the column on it. Each attack below was answered, in one or
+# two analyses, while the audit held only the query set 1_S; it is refused now that a sum of y over
+# S is audited as the weighted functional y . 1_S as well.
+
+
+_every_functional = release_history.released_functionals
+
+
+def before_red22(server, monkeypatch) -> None:
+    """Switch the protection off: a fresh, empty history, and the functionals released before red-22
+    (query sets, each quantile's query set without its sides, and regressions' numeric predictors,
+    never a sum's value weights)."""
+
+    def functionals(evaluated):
+        rows = _every_functional(evaluated)
+        if evaluated.kind == "quantiles":
+            return rows[:1]
+        if evaluated.kind == "regression":
+            predictors = set(evaluated.result["coefficients"]) - {"intercept"}
+            return [row for row in rows if row.weight is None or row.weight in predictors]
+        return [row for row in rows if row.weight is None]
+
+    fresh = ReleaseHistory(DATA)
+    monkeypatch.setattr(server.controller, "_history_for", lambda person: fresh)
+    monkeypatch.setattr(release_history, "released_functionals", functionals)
+    monkeypatch.setattr(service, "released_functionals", functionals)  # what the service records
+
+
+def _occupation_with_few_women() -> tuple[int, int]:
+    women = DATA.groupby("occ").sex.agg(["size", lambda s: int((s == 2).sum())])
+    women.columns = ["n", "women"]
+    few = women[(women.n >= 20) & (women.women > 0) & (women.women < 10)]
+    return int(few.index[0]), int(few.women.iloc[0])
+
+
+def test_a_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypatch):
+    """The mean of sex (1 or 2) over an occupation is 1 + women / n: one analysis gives the number of
+    women in it, a cell of fewer than t records. Refused; audited as the query set alone, answered."""
+    occupation, women = _occupation_with_few_women()
+    spec = {"type": "mean", "column": "sex", "where": {"occ": {"eq": occupation}}}
+    assert outcomes(channel, [spec]) == [None]
+    before_red22(server, monkeypatch)
+    (result,) = outcomes(channel, [spec])
+    assert total(result) - result["n"] == women < 10
+
+
+def test_a_mean_over_two_values_counts_the_rarer(server, channel, monkeypatch):
+    """The mean of hours over `hpw between [h, h + 1]` is h + (records at h + 1) / n: the count of a
+    group of fewer than t records who work h + 1 hours."""
+    held = DATA.hpw.value_counts()
+    hours = next(h for h in sorted(held.index) if held[h] >= 20 and 0 < held.get(h + 1, 0) < 10)
+    spec = mean({"hpw": {"between": [int(hours), int(hours) + 1]}})
+    assert outcomes(channel, [spec]) == [None]
+    before_red22(server, monkeypatch)
+    (result,) = outcomes(channel, [spec])
+    assert total(result) - hours * result["n"] == held[hours + 1] < 10
+
+
+def test_a_cell_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypatch):
+    """A frequency table gives each income class's count in an occupation; a magnitude table of the
+    mean of sex per class then gives the women of each class: a cell of fewer than t records."""
+    for occupation in sorted(DATA.occ.unique()):
+        cells = DATA[DATA.occ == occupation].groupby("incc").sex.agg(["size", lambda s: int((s == 2).sum())])
+        cells.columns = ["n", "women"]
+        if len(cells) == 2 and (cells.n >= 10).all() and (cells.women > 0).all():
+            small = cells[(cells.women < 10) & (cells.women < cells.n)]
+            if len(small):
+                break
+    where = {"occ": {"eq": int(occupation)}}
+    counts = {"type": "frequency", "rows": "incc", "where": where}
+    means = {"type": "magnitude", "rows": "incc", "value": "sex", "statistic": "mean", "where": where}
+    first, second = outcomes(channel, [counts, means])
+    assert first is not None and second is None
+    before_red22(server, monkeypatch)
+    first, second = outcomes(channel, [counts, means])
+    level = str(int(small.index[0]))
+    n = first["cells"][level]
+    assert round(second["cells"][level] * n) - n == int(small.women.iloc[0]) < 10
+
+
+def test_a_regression_with_a_two_valued_outcome_counts_a_subgroup(server, channel, monkeypatch):
+    """OLS of the income class (1 or 2) on sex over an occupation: intercept + slope x sex is the mean
+    class of each sex, i.e. the count of high incomes among the men: fewer than t records."""
+    cells = DATA.groupby(["occ", "sex"]).incc.agg(["size", lambda s: int((s == 2).sum())])
+    cells.columns = ["n", "high"]
+    chosen = cells[(cells.n >= 10) & (cells.high > 0) & (cells.high < 10)]
+    occupation, sex = (int(v) for v in chosen.index[0])
+    n, high = int(chosen.n.iloc[0]), int(chosen.high.iloc[0])
+    spec = {
+        "type": "regression",
+        "outcome": "incc",
+        "predictors": ["sex"],
+        "where": {"occ": {"eq": occupation}},
+    }
+    assert outcomes(channel, [spec]) == [None]
+    before_red22(server, monkeypatch)
+    (fit,) = outcomes(channel, [spec])
+    coefficients = fit["coefficients"]
+    class_mean = Fraction(coefficients["intercept"]) + sex * Fraction(coefficients["sex"])
+    assert round(class_mean * n) - n == high < 10
+
+
+def test_one_record_s_income_class_from_a_mean_and_a_count(server, channel, monkeypatch):
+    """Person A: the mean income class over S (its count of high incomes, as above). Person B: the
+    count of high incomes over S without the one record of a rare occupation. The two query sets
+    are far apart (S's low incomes), so the pairwise rule and the set-only audit pass; the
+    difference is that person's income class."""
+    in_s = DATA.age.between(30, 39)
+    occupation = int(DATA[in_s].occ.value_counts().pipe(lambda c: c[c == 1]).index[0])
+    target = int(DATA.index[in_s & (DATA.occ == occupation)][0])
+    whole = {"type": "mean", "column": "incc", "where": {"age": {"between": [30, 39]}}}
+    high = int(DATA.incc[target])
+    without = {
+        "type": "count",
+        "where": {"age": {"between": [30, 39]}, "occ": {"ne": occupation}, "incc": {"eq": high}},
+    }
+    assert outcomes(channel, [whole])[0] is not None
+    assert outcomes(channel, [without]) == [None]
+    before_red22(server, monkeypatch)
+    (a,), (b,) = outcomes(channel, [whole]), outcomes(channel, [without])
+    with_high = total(a) - a["n"]  # records of S with class 2
+    in_class = with_high if high == 2 else a["n"] - with_high
+    assert in_class - b["count"] == 1  # the target is in the class the count left out
+
+
+def _interpolated_quantile() -> tuple[str, int, int, float, int]:
+    """A range of a column, a probability at which the quantile of incc falls strictly between 1
+    and 2 (so the count of class 1 is floor((n - 1) p) + 1, exactly), and an occupation held by 1 to
+    9 records of the range."""
+    for column in ("edu", "age", "hpw"):
+        low_end, high_end = int(DATA[column].min()), int(DATA[column].max())
+        for low in range(low_end, high_end):
+            for high in range(low + 3, high_end + 1):
+                chosen = DATA[DATA[column].between(low, high)]
+                n, ones = len(chosen), int((chosen.incc == 1).sum())
+                for p in (0.1, 0.25, 0.5, 0.75, 0.9):
+                    position = (n - 1) * p
+                    if min(ones, n - ones) >= 10 and int(position) + 1 == ones and position != int(position):
+                        held = chosen.occ.value_counts()
+                        few = held[held < 10]
+                        if len(few):
+                            return column, low, high, p, int(few.index[0])
+    raise AssertionError("no interpolated quantile")
+
+
+def test_an_interpolated_quantile_is_a_count(server, channel, monkeypatch):
+    """np.quantile interpolates: a quantile of incc strictly between 1 and 2 says exactly how many
+    records of S have class 1. With the count of class 1 over S without one small occupation, the
+    occupation's count of class 1 follows (fewer than t records). Each quantile's sides (the records
+    below it and above it) are audited as query sets now, so the count is refused."""
+    column, low, high, p, occupation = _interpolated_quantile()
+    in_range = {column: {"between": [low, high]}}
+    quantile = {"type": "quantiles", "column": "incc", "probabilities": [p], "where": in_range}
+    rest = {"type": "count", "where": {**in_range, "occ": {"ne": occupation}, "incc": {"eq": 1}}}
+    first, second = outcomes(channel, [quantile, rest])
+    assert first is not None and 1 < first["quantiles"][0] < 2 and second is None
+    before_red22(server, monkeypatch)
+    first, second = outcomes(channel, [quantile, rest])
+    group = DATA[DATA[column].between(low, high) & (DATA.occ == occupation)]
+    ones = int((first["n"] - 1) * p) + 1
+    assert ones - second["count"] == int((group.incc == 1).sum())
+    assert len(group) < 10
+
+
+def _cross_cell() -> tuple[str, str, list[int], list[int], int, int]:
+    """Two columns, three values of each, whose 3 x 3 cross table has one cell of 1 to 9 records and
+    every other cell of at least 12 (the table itself is refused)."""
+    for first, second in itertools.permutations(["race", "ms", "wc", "waob", "rel"], 2):
+        held_1, held_2 = DATA[first].value_counts(), DATA[second].value_counts()
+        common_1 = sorted(int(v) for v in held_1[held_1 >= 40].index)[:6]
+        common_2 = sorted(int(v) for v in held_2[held_2 >= 40].index)[:6]
+        for levels_1 in itertools.combinations(common_1, 3):
+            for levels_2 in itertools.combinations(common_2, 3):
+                chosen = DATA[DATA[first].isin(levels_1) & DATA[second].isin(levels_2)]
+                table = pd.crosstab(chosen[first], chosen[second])
+                table = table.reindex(index=list(levels_1), columns=list(levels_2), fill_value=0).to_numpy()
+                small = (table > 0) & (table < 10)
+                if small.sum() == 1 and (table[~small] >= 12).all():
+                    i, j = (int(v) for v in np.argwhere(small)[0])
+                    return first, second, list(levels_1), list(levels_2), i, j
+    raise AssertionError("no cross cell")
+
+
+def test_two_discrete_predictors_reveal_a_cross_cell(server, channel, monkeypatch):
+    """OLS of hours on two three-valued predictors: X^T X holds the sum of x1 x2 over S, one
+    combination of the nine cross cells. The margins (means over each level), three large cells
+    (counts) and that combination determine every cell, among them one of fewer than t records,
+    which no two released sets differ by. The regression is audited with the product x1 x2 as a
+    weighted functional, so it is refused; without it, the cell follows in exact rationals."""
+    first, second, levels_1, levels_2, i, j = _cross_cell()
+    where = {first: {"in": levels_1}, second: {"in": levels_2}}
+    specs = [mean(where)]
+    specs += [mean({**where, first: {"eq": v}}) for v in levels_1]
+    specs += [mean({**where, second: {"eq": v}}) for v in levels_2]
+    cells = [(a, b) for a in range(3) for b in range(3) if a != i and b != j][:3]
+    specs += [
+        {"type": "count", "where": {**where, first: {"eq": levels_1[a]}, second: {"eq": levels_2[b]}}}
+        for a, b in cells
+    ]
+    specs.append({"type": "regression", "outcome": "hpw", "predictors": [first, second], "where": where})
+    results = outcomes(channel, specs)
+    assert None not in results[:-1] and results[-1] is None
+    before_red22(server, monkeypatch)
+    results = outcomes(channel, specs)
+    assert None not in results
+    coefficients = {k: Fraction(v) for k, v in results[-1]["coefficients"].items()}
+    second_results = results[4:7]
+    sum_2 = sum(v * r["n"] for v, r in zip(levels_2, second_results, strict=True))
+    sum_22 = sum(v * v * r["n"] for v, r in zip(levels_2, second_results, strict=True))
+    sum_2y = sum(v * total(r) for v, r in zip(levels_2, second_results, strict=True))
+    # X^T X beta = X^T y, the row of x2: sum(x2) b0 + sum(x1 x2) b1 + sum(x2^2) b2 = sum(x2 y)
+    sum_12 = (sum_2y - sum_2 * coefficients["intercept"] - sum_22 * coefficients[second]) / coefficients[
+        first
+    ]
+    rows = [[int(a == r) for a in range(3) for _ in range(3)] for r in range(3)]  # each level's n
+    rows += [[int(b == c) for _ in range(3) for b in range(3)] for c in range(2)]
+    rows += [[int((a, b) == cell) for a in range(3) for b in range(3)] for cell in cells]
+    rows.append([levels_1[a] * levels_2[b] for a in range(3) for b in range(3)])
+    known = [r["n"] for r in results[1:4]] + [r["n"] for r in results[4:6]]
+    known += [r["count"] for r in results[7:10]] + [sum_12]
+    x = solve_exactly(rows, [int((a, b) == (i, j)) for a in range(3) for b in range(3)])
+    assert x is not None
+    cell = (DATA[first] == levels_1[i]) & (DATA[second] == levels_2[j])
+    assert abs(sum(c * k for c, k in zip(x, known, strict=True)) - int(cell.sum())) < Fraction(1, 10**6)
+    assert 0 < cell.sum() < 10

@@ -133,9 +133,10 @@ def test_the_search_equals_brute_force(seed):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_the_audit_equals_brute_force(seed):
-    """Random released systems over 8 to 14 records (sets, and sets weighed by a column, as
-    regressions release), part recorded and part checked: the audit refuses exactly when a union of
-    small atoms (fewer than t records) is determined over the rationals."""
+    """Random released systems over 8 to 14 records (sets, sets weighed by a column as sums and
+    regressions release, and by a product of columns, "w*z", as regressions' X^T X does), part
+    recorded and part checked: the audit refuses exactly when a union of small atoms (fewer than t
+    records) is determined over the rationals."""
     rng = np.random.default_rng(seed)
     n, t = int(rng.integers(8, 15)), int(rng.integers(2, 5))
     data = pd.DataFrame({"w": rng.integers(1, 4, size=n), "z": rng.integers(-2, 3, size=n) / 2})
@@ -143,9 +144,9 @@ def test_the_audit_equals_brute_force(seed):
     functionals, rows = [], [[Fraction(1)] * n]
     for _ in range(int(rng.integers(1, 7))):
         members = rng.random(n) < rng.uniform(0.2, 0.8)
-        weight = rng.choice(np.array([None, None, "w", "z"], dtype=object))
+        weight = rng.choice(np.array([None, None, "w", "z", "w*z"], dtype=object))
         functionals.append(Functional.of(members, weight))
-        scale = data[weight].to_numpy() if weight else np.ones(n)
+        scale = np.prod([data[c].to_numpy() for c in weight.split("*")], axis=0) if weight else np.ones(n)
         rows.append([Fraction(float(v)) if m else Fraction(0) for v, m in zip(scale, members, strict=True)])
     recorded = int(rng.integers(0, len(functionals) + 1))
     audit.record(functionals[:recorded])

@@ -11,17 +11,29 @@ reveals as linear functionals of the records, for the audit of everything releas
 statistic         released functionals (weight vectors over the records)
 ================  ===========================================================================
 count over S      1_S (the count)
-mean of y over S  1_S: the count n and the sum n * mean = 1_S . y
-quantiles         1_S (n); the quantile values are order statistics, not linear: they are
+mean of y over S  1_S and y . 1_S: the count n and the sum n * mean. The sum is audited as the
+                  *weighted* functional y . 1_S too, not only as S's sum: where y takes few
+                  values it is a count of a finer set (the mean of sex, 1 or 2, over S is
+                  1 + women / n; the mean of hours over `hpw between [h, h + 1]` counts the
+                  records at h + 1), and a set defined by y's value pins y on it (red-22)
+quantiles         1_S (n), and each quantile q's sides S and y < q, S and y > q: np.quantile
+                  interpolates, so a quantile strictly between two adjacent values says
+                  exactly how many records lie below it (audited as those sets whether or not
+                  it interpolates); the values themselves are order statistics, not linear:
                   covered by the allowed probabilities and t records strictly on each side
 frequency table   1_cell for every cell (cell = S and the row level and the column level)
-magnitude table   1_cell . y per cell (a cell mean is taken to release its count too)
+magnitude table   1_cell and y . 1_cell per cell (a cell mean is taken to release its count too)
 min, max          nothing: never released
 regression        n = 1_S and the sums its coefficients are built from, X^T 1_S, X^T X and
                   X^T y: for a discrete predictor (at most ``DISCRETE_LEVELS`` values in S)
                   each level's subgroup 1_{S, x = v} is a query set (exact for a binary x,
                   whose intercept and slope are the two subgroup means); for a numeric
-                  predictor x the weighted set x . 1_S (``Evaluated.weighted``)
+                  predictor x the weighted set x . 1_S; the outcome y weighs every one of
+                  those query sets (y . 1_S, y . 1_{S, x = v}: a two-valued outcome's subgroup
+                  means are counts); and the products X^T X and X^T y hold that the query sets
+                  do not span, as weighted functionals (x1*x2) . 1_S: every pair of predictors
+                  (two discrete ones' product is a combination of their cross cells), x^2 and
+                  x y for a numeric x (``_products``)
 ================  ===========================================================================
 
 A future statistic names its functionals here, beside its evaluation; a non-linear one also
@@ -35,6 +47,7 @@ Two released sets with the same records and different definitions show an empty 
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,6 +55,8 @@ from importlib import resources
 import jsonschema
 import numpy as np
 import pandas as pd
+
+from petlab.server.controller.release_audit import PRODUCT
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -74,7 +89,8 @@ class Evaluated:
     residual_dof: int | None = None  # regressions
     query_sets: list[np.ndarray] = field(default_factory=list)  # boolean masks over the records
     definitions: list[str] = field(default_factory=list)  # each query set's definition (module doc)
-    weighted: list[tuple[int, str]] = field(default_factory=list)  # (query set, weighing column)
+    # (query set, weighing column): the sum of that column over that query set is released
+    weighted: list[tuple[int, str]] = field(default_factory=list)
     # a released sum or mean over a set of two or more records that all share the value, where the
     # set's definition admits other values: the release shows a whole group sharing a value
     shared_value: str | None = None
@@ -206,6 +222,7 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
             values=[values],
             query_sets=[mask],
             definitions=described,
+            weighted=[(0, column)],
             shared_value=_shared_value(mask, data, [column], admits, domains),
         )
     if kind == "quantiles":
@@ -213,12 +230,13 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
         values = subset[column].to_numpy(dtype=float)
         quantiles = np.quantile(values, probabilities).tolist() if len(values) else []
         sides = [(int((values < q).sum()), int((values > q).sum())) for q in quantiles]
+        query_sets, definitions = _quantile_sides(mask, data[column], quantiles, admits, domains, column)
         return Evaluated(
             kind,
             {"probabilities": probabilities, "quantiles": quantiles, "n": len(values)},
             counts=pd.DataFrame({"count": [len(values)]}),
-            query_sets=[mask],
-            definitions=described,
+            query_sets=[mask, *query_sets],
+            definitions=described + definitions,
             probabilities=[float(p) for p in probabilities],
             quantile_sides=sides,
         )
@@ -233,6 +251,27 @@ def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
     if kind == "regression":
         return _regression(spec, data, mask, admits, domains)
     raise AnalysisError(f"unknown analysis type {kind!r}")  # the schema makes this unreachable
+
+
+def _quantile_sides(
+    mask: np.ndarray,
+    column: pd.Series,
+    quantiles: list[float],
+    admits: dict[str, list],
+    domains: dict[str, list],
+    name: str,
+) -> tuple[list[np.ndarray], list[str]]:
+    """Each quantile's sides as query sets with their definitions: the records of S strictly below
+    it and strictly above it (module docstring: an interpolated quantile counts them exactly)."""
+    values = column.to_numpy(dtype=float)
+    possible = admits.get(name, domains[name])
+    query_sets, definitions = [], []
+    for q in quantiles:
+        for side in (np.less, np.greater):
+            query_sets.append(mask & side(values, q))
+            kept = [v for v in possible if side(float(v), q)]
+            definitions.append(definition({**admits, name: kept}, domains))
+    return query_sets, definitions
 
 
 def _table(
@@ -302,6 +341,7 @@ def _table(
         values=values,
         query_sets=query_sets,
         definitions=definitions,
+        weighted=[(cell, value_column) for cell in range(n_cells)] if value_column else [],
         shared_value=shared,
     )
 
@@ -321,8 +361,8 @@ def _regression(
 ) -> Evaluated:
     """Ordinary least squares with an intercept, by numpy's lstsq. What it reveals (module
     docstring): n, and the sums X^T 1_S, X^T X, X^T y its coefficients are built from; audited as
-    the query set S, each level's subgroup of S for a discrete predictor, and x . 1_S for a numeric
-    one."""
+    the query set S, each level's subgroup of S for a discrete predictor, x . 1_S for a numeric
+    one, and y . Q for each of those query sets Q."""
     subset = data[mask]
     predictors = spec["predictors"]
     y = subset[spec["outcome"]].to_numpy(dtype=float)
@@ -334,6 +374,7 @@ def _regression(
     query_sets, definitions = [mask], [definition(admits, domains)]
     weighted: list[tuple[int, str]] = []
     sums = [spec["outcome"]]
+    numeric: list[str] = []
     for predictor in predictors:
         levels = pd.unique(subset[predictor])
         if 0 < len(levels) <= DISCRETE_LEVELS:
@@ -344,6 +385,9 @@ def _regression(
         else:
             weighted.append((0, predictor))
             sums.append(predictor)
+            numeric.append(predictor)
+    weighted += [(index, spec["outcome"]) for index in range(len(query_sets))]
+    weighted += [(0, PRODUCT.join(pair)) for pair in _products(predictors, numeric, spec["outcome"])]
     shared = None
     for index, query_set in enumerate(query_sets):
         shared = _shared_value(query_set, data, sums if index == 0 else [spec["outcome"]], admits, domains)
@@ -360,6 +404,17 @@ def _regression(
         max_leverage=_max_leverage(x),
         rarest_predictor_value=_rarest_discrete_value(subset, predictors),
     )
+
+
+def _products(predictors: list[str], numeric: list[str], outcome: str) -> list[tuple[str, str]]:
+    """The products of columns whose sums over S a regression releases and its query sets do not
+    already span: X^T X's x_j x_l for every pair of predictors (for two discrete predictors a
+    combination of their cross cells: with the margins and a few cells, the coefficients give a
+    cross cell of fewer than t records), x^2 for a numeric x, and X^T y's x y for a numeric x (for
+    a discrete x, x y is a combination of y . 1_{S, x = v})."""
+    pairs = list(itertools.combinations(predictors, 2))
+    pairs += [(x, x) for x in numeric] + [(x, outcome) for x in numeric]
+    return pairs
 
 
 def _max_leverage(x: np.ndarray) -> float:

@@ -6,9 +6,12 @@ made on this data set (one global history, ``session_store`` keeps it under the 
 SHA-256), not against the requesting analyst's own.
 
 What is released. Every statistic is a set of linear functionals of the records (``analyses``
-names them beside each statistic): a count over S is 1_S . 1, a sum or mean is 1_S . y (and its
-count), a table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup
-of S for a discrete predictor, the weighted set x . 1_S for a numeric one). The audit pools the
+names them beside each statistic): a count over S is 1_S . 1, a sum or mean is 1_S . y and is
+audited as the weighted functional y . 1_S as well (with y's values taken as known: a sum of a
+column with few values is a count of finer sets, and a set defined by y's value pins y on it), a
+table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup of S for a
+discrete predictor, the weighted set x . 1_S for a numeric one, y . Q for each of those sets Q).
+The audit pools the
 weight vectors of all functionals, whatever column they weigh, into one matrix M (pooling only
 adds combinations, so it can refuse more, never less), with the universe 1_all always in it (N is
 public).
@@ -79,6 +82,19 @@ from petlab.server.controller.small_groups import SearchBudget, find_group
 
 SUPPORT_SAMPLES = 3
 SPAN_MARGIN = 8
+PRODUCT = "*"  # a weight "x*y" is the product of the columns x and y (a regression's X^T X, X^T y)
+
+
+def factors(weight: str, columns) -> list[str]:
+    """The columns whose product is ``weight``: the column of that name if there is one, else the
+    names between ``PRODUCT`` signs."""
+    if weight in columns:
+        return [weight]
+    parts = weight.split(PRODUCT)
+    missing = [part for part in parts if part not in columns]
+    if missing:
+        raise ValueError(f"no column {missing[0]!r} to weigh a functional")
+    return parts
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,8 @@ class Functional:
     """A released linear functional: weight 1 (or the value of ``weight``) on each member record."""
 
     members: np.ndarray  # packed bits over the records (np.packbits of a boolean mask)
-    weight: str | None = None  # a numeric column weighing the members (regressions' predictors)
+    # a numeric column weighing the members, or a product of columns "x*y" (``PRODUCT``)
+    weight: str | None = None
 
     @classmethod
     def of(cls, mask: np.ndarray, weight: str | None = None) -> Functional:
@@ -254,8 +271,8 @@ class ReleaseAudit:
     def _validate(self, functional: Functional) -> None:
         if functional.members.shape != (self._bits.shape[1],):
             raise ValueError("a functional's members must be packed bits over all records")
-        if functional.weight is not None and functional.weight not in self.data.columns:
-            raise ValueError(f"no column {functional.weight!r} to weigh a functional")
+        if functional.weight is not None:
+            factors(functional.weight, self.data.columns)
 
     def _refined(self, functionals: list[Functional]) -> np.ndarray:
         """Atoms after adding ``functionals``: records split by each functional's weight."""
@@ -264,9 +281,10 @@ class ReleaseAudit:
         for functional in functionals:
             member = np.unpackbits(functional.members, count=n).astype(bool)
             code = member.astype(np.int64)
-            if functional.weight is not None:  # members split by their weight
-                values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
-                code[member] = np.unique(values, return_inverse=True)[1] + 1
+            if functional.weight is not None:  # members split by their factors' values (so by weight)
+                columns = factors(functional.weight, self.data.columns)
+                values = self.data[columns].to_numpy(dtype=np.float64)[member]
+                code[member] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
             span = int(code.max()) + 1
             if int(key.max()) >= (1 << 62) // max(span, 1):
                 key = np.unique(key, return_inverse=True)[1].astype(np.int64)
@@ -277,15 +295,21 @@ class ReleaseAudit:
         member = np.unpackbits(functional.members, count=self.n_records).astype(bool)
         if functional.weight is None:
             return row_log2_norm(member.astype(np.float64))
-        values = self.data[functional.weight].to_numpy(dtype=np.float64)[member]
-        _, log2_denominator = residues(values, self.primes[0]) if len(values) else (None, 0)
-        return row_log2_norm(values) + log2_denominator
+        product, log2_denominator = np.ones(int(member.sum())), 0
+        for column in factors(functional.weight, self.data.columns):
+            values = self.data[column].to_numpy(dtype=np.float64)[member]
+            product = product * values
+            log2_denominator += residues(values, self.primes[0])[1] if len(values) else 0
+        return row_log2_norm(product) + log2_denominator
 
-    def _weight_residues(self, column: str, p: int) -> np.ndarray:
-        if (column, p) not in self._residues:
-            values = self.data[column].to_numpy(dtype=np.float64)
-            self._residues[column, p] = residues(values, p)[0]
-        return self._residues[column, p]
+    def _weight_residues(self, weight: str, p: int) -> np.ndarray:
+        """Each record's weight mod p: the product of its factors' exact residues."""
+        if (weight, p) not in self._residues:
+            out = np.ones(self.n_records, dtype=np.int64)
+            for column in factors(weight, self.data.columns):
+                out = out * residues(self.data[column].to_numpy(dtype=np.float64), p)[0] % p
+            self._residues[weight, p] = out
+        return self._residues[weight, p]
 
     @staticmethod
     def _gather(bits: np.ndarray, records: np.ndarray) -> np.ndarray:
@@ -301,17 +325,21 @@ class ReleaseAudit:
         return matrix
 
     def _times(self, coefficients, bits, weights, records, p) -> np.ndarray:
-        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p."""
-        weighted = [row for row, weight in enumerate(weights) if weight is not None]
-        plain = np.ones(len(weights), dtype=bool)
-        plain[weighted] = False
-        plain_bits = bits if not weighted else bits[plain]
-        plain_coefficients = coefficients if not weighted else coefficients[:, plain]
+        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p: the
+        query sets by one exact product with their bits, the weighted rows by one exact product per
+        weighing column (its rows' bits times the column's residues), in blocks of records."""
+        by_weight: dict[str | None, list[int]] = {}
+        for row, weight in enumerate(weights):
+            by_weight.setdefault(weight, []).append(row)
         out = np.zeros((len(coefficients), len(records)), dtype=np.int64)
-        for start in range(0, len(records), 8192):
-            gathered = self._gather(plain_bits, records[start : start + 8192])
-            out[:, start : start + 8192] = times_bits(plain_coefficients, gathered, p)
-        for row in weighted:
-            column = self._over_atoms(bits[row : row + 1], [weights[row]], records, p)[0]
-            out = (out + coefficients[:, row : row + 1] * column[None, :] % p) % p
+        for weight, rows in by_weight.items():
+            chosen, part = bits[rows], coefficients[:, rows]
+            for start in range(0, len(records), 8192):
+                block = records[start : start + 8192]
+                gathered = self._gather(chosen, block)
+                if weight is None:
+                    product = times_bits(part, gathered, p)
+                else:
+                    product = matmul(part, gathered * self._weight_residues(weight, p)[block][None, :], p)
+                out[:, start : start + 8192] = (out[:, start : start + 8192] + product) % p
         return out

@@ -12,8 +12,10 @@ session as it was.
 
 Refusals name a category only ("withheld: disclosure control"): the exact reason (a cell count, a
 leverage, a set difference) is itself a figure computed from the confidential data, so it goes to
-the controller's log, never to the analyst. Any exception while interpreting an analysis ends the
-session with a generic abort; the traceback goes to the log.
+a diagnostics file marked confidential (``ConfidentialDiagnostics``: owner-only, under the data
+directory), never to the analyst, and never to the ordinary log, which names the session only.
+Any exception while interpreting an analysis ends the session with a generic abort; the traceback
+goes to the log.
 
 People: before every analysis (OpenSession and each Next) the person's record is checked: a
 suspended person is refused (PERMISSION_DENIED, and the session closes), a person in the cool-down
@@ -32,9 +34,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import grpc
 import pandas as pd
@@ -59,6 +63,12 @@ from petlab.server.controller.release_history import ReleaseHistory, released_fu
 from petlab.server.controller.session_store import ABORTED, CLOSED, FINISHED, Session, SessionStore
 
 log = logging.getLogger(__name__)
+diagnostics_log = logging.getLogger("petlab.server.controller.diagnostics")  # confidential figures
+DIAGNOSTICS_HEADER = (
+    "# CONFIDENTIAL: petlab controller diagnostics. The reasons below state exact figures computed\n"
+    "# from the confidential records (cell counts, group sizes, set differences): keep this file with\n"
+    "# the data, never share it with analysts or ship it to a shared log.\n"
+)
 MAX_SPEC_BYTES = 64 * 1024
 WITHHELD = "withheld: disclosure control"
 _BARRIER_STATUS = {
@@ -66,6 +76,29 @@ _BARRIER_STATUS = {
     "cooldown": grpc.StatusCode.FAILED_PRECONDITION,
     "quota": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+
+
+class ConfidentialDiagnostics:
+    """Where exact refusal reasons go: an owner-only file (created 0600, never through a symbolic
+    link) that opens with ``DIAGNOSTICS_HEADER``; without a file (the library used directly), the
+    ``petlab.server.controller.diagnostics`` logger, which its user routes."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, message: str) -> None:
+        if self.path is None:
+            diagnostics_log.info("%s", message)
+            return
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        with self._lock:
+            descriptor = os.open(self.path, flags, 0o600)
+            with os.fdopen(descriptor, "a") as handle:
+                if handle.tell() == 0:
+                    handle.write(DIAGNOSTICS_HEADER)
+                handle.write(line)
 
 
 def refusal_reason(evaluated: Evaluated, history: ReleaseHistory) -> str | None:
@@ -86,6 +119,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         policy: PersonPolicy | None = None,
         identity: ControllerIdentity | None = None,
         history: ReleaseHistory | None = None,
+        diagnostics: Path | None = None,
     ):
         """``analysts``: raw public keys allowed to analyse, each with its person (an allow-list);
         with an ``authority_key`` a key outside the list may still analyse with the authority's
@@ -93,7 +127,8 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         demos; every key is then its own person). ``policy``: refusal budget, cool-down and quota
         per person. ``identity`` is what an authority's co-signature must name (required with an
         ``authority_key``); its data digest keys the release history, which is replayed from
-        ``sessions`` (a changed data file starts a new, empty one, and the log says so)."""
+        ``sessions`` (a changed data file starts a new, empty one, and the log says so).
+        ``diagnostics``: the confidential file exact refusal reasons go to (module docstring)."""
         if authority_key is not None and identity is None:
             raise ValueError("a controller with a certification authority needs its identity")
         self._data, self._sessions = data, sessions
@@ -110,6 +145,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         else:
             self._data_sha256 = hashlib.sha256(data.to_csv(index=False).encode()).hexdigest()
             self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
+        self.diagnostics = ConfidentialDiagnostics(diagnostics)
         self._history = history or ReleaseHistory(data, self._rules)
         self._start_history()
 
@@ -309,11 +345,13 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
     def _abort(
         self, session: Session, position: int, reason: str, category: str = WITHHELD, refusal: bool = True
     ):
-        """End the session: the analyst (and the session record) get ``category``; the exact
-        ``reason``, which may state figures from the confidential data, goes to the log only."""
+        """End the session: the analyst, the session record and the log get ``category``; the exact
+        ``reason``, which may state figures from the confidential data, goes to the confidential
+        diagnostics only."""
         public = f"analysis {position}: {category}"
         self._record_abort(session, public, refusal)
-        log.info("session %s aborted at analysis %d: %s", session.session_id, position, reason)
+        log.info("session %s aborted at analysis %d: %s", session.session_id, position, category)
+        self.diagnostics.write(f"session {session.session_id} aborted at analysis {position}: {reason}")
         return controller_pb2.NextResponse(position=position, last=True, abort_reason=public)
 
     def _record_abort(self, session: Session, public: str, refusal: bool) -> None:
