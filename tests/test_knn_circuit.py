@@ -77,13 +77,14 @@ def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model,
 
 @pytest.mark.slow
 def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path):
-    """Five more held-out queries encrypted for real, on the same pipeline at n = 10."""
+    """Two held-out queries encrypted for real, on the same pipeline at n = 10 (the paper's family
+    is no longer the default: its simulation tests above carry the many-query checks)."""
     train, test = iris_split
     model = build_model(
         "iris", train.features, train.labels, KnnSettings(n=10, k=3, bits=4, algorithm="paper")
     )
     circuit = compile_circuit(model.plan, CircuitConfig())
-    queries = model.quantizer.transform(test.features[:5])
+    queries = model.quantizer.transform(test.features[:2])
     assert encrypted_answers(circuit, queries, tmp_path) == classify(model.plan, queries).tolist()
 
 
