@@ -161,7 +161,7 @@ def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, bas
             f"{label}: {row['released_sets']:>5} sets, {atoms:>6} atoms: exact audit {seconds:7.3f} s, "
             f"peak {row['exact_audit_peak_mb']:7.1f} MB ({outcome}), state {row['state_mb']:6.2f} MB; "
             f"decision {decision:.3f} s ({decided}); "
-            f"float SVD {baseline if baseline is not None else 'not run'} s over a "
+            f"float SVD {f'{baseline} s' if baseline is not None else 'not run'} over a "
             f"{row['float_matrix_mb']:.0f} MB matrix",
             flush=True,
         )
