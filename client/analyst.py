@@ -173,33 +173,38 @@ def certify(
     return {**document, "authority_signature": signature.hex(), "certification": scope.to_json()}
 
 
+def open_request(document: dict) -> controller_pb2.OpenSessionRequest:
+    """The request that opens a session for a prepared (and perhaps certified) document."""
+    certification = document.get("certification") or {}
+    return controller_pb2.OpenSessionRequest(
+        first_trace=bytes.fromhex(document["traces"][0]),
+        analyst_public_key=document["analyst_public_key"].encode(),
+        analyst_signature=bytes.fromhex(document["analyst_signature"]),
+        authority_signature=bytes.fromhex(document["authority_signature"] or ""),
+        authority_expires=int(certification.get("expires", 0)),
+        person_id=str(certification.get("person_id", "")),
+    )
+
+
+def next_request(document: dict, session_id: str, j: int) -> controller_pb2.NextRequest:
+    """The request that reveals trace ``j`` (1-based) of ``document`` and its analysis."""
+    pointer = document["pointers"][j - 1]
+    return controller_pb2.NextRequest(
+        session_id=session_id,
+        trace=bytes.fromhex(document["traces"][j]),
+        pointer=pointer,
+        spec=document["specs"][pointer].encode(),
+    )
+
+
 def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None) -> int:
     """Open a session and reveal the traces one by one; returns 0 if every analysis was released."""
     out = out or sys.stdout
     check_version(document)
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
-    traces = [bytes.fromhex(t) for t in document["traces"]]
-    opened = stub.OpenSession(
-        controller_pb2.OpenSessionRequest(
-            first_trace=traces[0],
-            analyst_public_key=document["analyst_public_key"].encode(),
-            analyst_signature=bytes.fromhex(document["analyst_signature"]),
-            authority_signature=bytes.fromhex(document["authority_signature"] or ""),
-            authority_expires=int((document.get("certification") or {}).get("expires", 0)),
-            person_id=str((document.get("certification") or {}).get("person_id", "")),
-        ),
-        timeout=timeout,
-    )
-    for trace, pointer in zip(traces[1:], document["pointers"], strict=True):
-        reply = stub.Next(
-            controller_pb2.NextRequest(
-                session_id=opened.session_id,
-                trace=trace,
-                pointer=pointer,
-                spec=document["specs"][pointer].encode(),
-            ),
-            timeout=timeout,
-        )
+    opened = stub.OpenSession(open_request(document), timeout=timeout)
+    for j in range(1, len(document["traces"])):
+        reply = stub.Next(next_request(document, opened.session_id, j), timeout=timeout)
         if reply.WhichOneof("outcome") == "abort_reason":
             print(f"analysis {reply.position}: ABORTED: {reply.abort_reason}", file=out)
             print("the remaining analyses stay undisclosed", file=out)

@@ -17,6 +17,7 @@ from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.knn.paper.circuit import compile_circuit
+from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.server.app import RunningServer, ServerOptions, start
 from petlab.server.knn.datasets import Dataset, load_bundled
 from petlab.server.knn.model_cache import load_or_compile
@@ -149,6 +150,22 @@ def with_unlisted_pointer(tmp_path_factory) -> Callable[[bytes, list[bytes]], by
         return bytes(builder.to_bytes())
 
     return widen
+
+
+@pytest.fixture(scope="session")
+def recut() -> Callable[[bytes], bytes]:
+    """``recut(ciphertext)``: the same ciphertext, its payload cut into two blobs (concrete writes
+    one, and reads another cut outside its buffer)."""
+
+    def cut(ciphertext: bytes) -> bytes:
+        with SCHEMA.Value.from_bytes(ciphertext) as reader:
+            value = reader.as_builder()
+        payload = b"".join(bytes(blob) for blob in value.payload.data)
+        blobs = value.payload.init("data", 2)
+        blobs[0], blobs[1] = payload[:8], payload[8:]
+        return value.to_bytes()
+
+    return cut
 
 
 @contextmanager

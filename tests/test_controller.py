@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petlab.client.analyst import certify, describe, keygen, main, prepare, run
+from petlab.client.analyst import certify, describe, keygen, main, next_request, open_request, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.crypto.chain.instructions import canonical_json
 from petlab.crypto.chain.traces import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
@@ -55,29 +55,11 @@ def channel(server):
 
 
 def open_session(stub, document: dict) -> str:
-    return stub.OpenSession(session_request(document), timeout=30).session_id
-
-
-def session_request(document: dict) -> controller_pb2.OpenSessionRequest:
-    return controller_pb2.OpenSessionRequest(
-        first_trace=bytes.fromhex(document["traces"][0]),
-        analyst_public_key=document["analyst_public_key"].encode(),
-        analyst_signature=bytes.fromhex(document["analyst_signature"]),
-        authority_signature=bytes.fromhex(document["authority_signature"] or ""),
-    )
+    return stub.OpenSession(open_request(document), timeout=30).session_id
 
 
 def reveal(stub, session_id: str, document: dict, j: int):
-    pointer = document["pointers"][j - 1]
-    return stub.Next(
-        controller_pb2.NextRequest(
-            session_id=session_id,
-            trace=bytes.fromhex(document["traces"][j]),
-            pointer=pointer,
-            spec=document["specs"][pointer].encode(),
-        ),
-        timeout=60,
-    )
+    return stub.Next(next_request(document, session_id, j), timeout=60)
 
 
 def status_of(call, *args) -> grpc.StatusCode:
@@ -495,12 +477,12 @@ def test_analysis_needs_registered_identities(serve, tmp_path):
     with serve(tmp_path / "srv", **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
         stranger = Ed25519PrivateKey.generate()
         stub = controller_pb2_grpc.AnalysisControllerStub(channel)
-        denied = status_of(stub.OpenSession, session_request(prepare(GOOD[:1], stranger)))
+        denied = status_of(stub.OpenSession, open_request(prepare(GOOD[:1], stranger)))
         assert denied == grpc.StatusCode.PERMISSION_DENIED
         out = io.StringIO()
         assert run(prepare([{"type": "max", "column": "hpw"}], ANALYST), channel, out=out) == 3
         # after an abort the identity waits out the cool-down
-        waiting = status_of(stub.OpenSession, session_request(prepare(GOOD[:1], ANALYST)))
+        waiting = status_of(stub.OpenSession, open_request(prepare(GOOD[:1], ANALYST)))
         assert waiting == grpc.StatusCode.FAILED_PRECONDITION
 
 

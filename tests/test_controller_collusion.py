@@ -20,11 +20,11 @@ import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from petlab.client.analyst import certify, describe, prepare, run
+from petlab.client.analyst import certify, describe, next_request, open_request, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.crypto.chain.traces import public_key_bytes, public_key_pem
 from petlab.plaindata import acs_sample_path
-from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.protos import controller_pb2_grpc
 from petlab.server.controller import release_audit, release_history, service
 from petlab.server.controller.analyses import evaluate
 from petlab.server.controller.output_checking import ACRO_PARITY, check
@@ -418,31 +418,11 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
 
 
 def _open(stub, document: dict) -> str:
-    certification = document.get("certification") or {}
-    return stub.OpenSession(
-        controller_pb2.OpenSessionRequest(
-            first_trace=bytes.fromhex(document["traces"][0]),
-            analyst_public_key=document["analyst_public_key"].encode(),
-            analyst_signature=bytes.fromhex(document["analyst_signature"]),
-            authority_signature=bytes.fromhex(document["authority_signature"] or ""),
-            authority_expires=int(certification.get("expires", 0)),
-            person_id=certification.get("person_id", ""),
-        ),
-        timeout=30,
-    ).session_id
+    return stub.OpenSession(open_request(document), timeout=30).session_id
 
 
 def _next(stub, session: str, document: dict, j: int):
-    pointer = document["pointers"][j - 1]
-    return stub.Next(
-        controller_pb2.NextRequest(
-            session_id=session,
-            trace=bytes.fromhex(document["traces"][j]),
-            pointer=pointer,
-            spec=document["specs"][pointer].encode(),
-        ),
-        timeout=60,
-    )
+    return stub.Next(next_request(document, session, j), timeout=60)
 
 
 def _code(call, *args) -> grpc.StatusCode:

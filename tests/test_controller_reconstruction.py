@@ -94,17 +94,22 @@ def released_equations(
         if refusal_reason(evaluated, history):
             continue
         history.record(evaluated)
-        result = evaluated.result
-        if evaluated.kind == "mean" and result["n"]:
-            rows.append(evaluated.query_sets[0])
-            sums.append(Fraction(result["mean"]) * result["n"])
-        if evaluated.kind == "magnitude":
-            counts = evaluated.counts.to_numpy().ravel()
-            for mask, cell, count in zip(evaluated.query_sets, result["cells"].values(), counts, strict=True):
-                if cell is not None:
-                    rows.append(mask)
-                    sums.append(Fraction(cell) * (int(count) if result["statistic"] == "mean" else 1))
+        add_released_sums(evaluated, rows, sums)
     return rows, sums
+
+
+def add_released_sums(evaluated, rows: list[np.ndarray], sums: list[Fraction]) -> None:
+    """A released mean or magnitude table as (set, sum) rows: a mean times its count is a sum."""
+    result = evaluated.result
+    if evaluated.kind == "mean" and result["n"]:
+        rows.append(evaluated.query_sets[0])
+        sums.append(Fraction(result["mean"]) * result["n"])
+    if evaluated.kind == "magnitude":
+        counts = evaluated.counts.to_numpy().ravel()
+        for mask, cell, count in zip(evaluated.query_sets, result["cells"].values(), counts, strict=True):
+            if cell is not None:
+                rows.append(mask)
+                sums.append(Fraction(cell) * (int(count) if result["statistic"] == "mean" else 1))
 
 
 def exact_rank(matrix: list[list[int]]) -> int:
@@ -289,16 +294,8 @@ def coalition_releases(
         if refusal_reason(evaluated, history):
             continue
         history.record(evaluated)
+        add_released_sums(evaluated, rows, sums)
         result = evaluated.result
-        if evaluated.kind == "mean" and result["n"]:
-            rows.append(evaluated.query_sets[0])
-            sums.append(Fraction(result["mean"]) * result["n"])
-        if evaluated.kind == "magnitude":
-            counts = evaluated.counts.to_numpy().ravel()
-            for mask, cell, count in zip(evaluated.query_sets, result["cells"].values(), counts, strict=True):
-                if cell is not None:
-                    rows.append(mask)
-                    sums.append(Fraction(cell) * (int(count) if result["statistic"] == "mean" else 1))
         if evaluated.kind == "regression":
             (predictor,) = spec["predictors"]
             coefficients = result["coefficients"]

@@ -29,7 +29,6 @@ from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import classify_clear, encode_query
 from petlab.crypto.knn.model import KnnSettings, build_model
-from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
 from petlab.server.app import ServerOptions, load_models
@@ -141,16 +140,6 @@ def refused(call, *args) -> str:
     return failure.value.details()
 
 
-def recut(ciphertext: bytes) -> bytes:
-    """The same ciphertext, its payload cut into two blobs (concrete writes one)."""
-    with SCHEMA.Value.from_bytes(ciphertext) as reader:
-        value = reader.as_builder()
-    payload = b"".join(bytes(blob) for blob in value.payload.data)
-    blobs = value.payload.init("data", 2)
-    blobs[0], blobs[1] = payload[:8], payload[8:]
-    return value.to_bytes()
-
-
 @pytest.mark.parametrize("name", FOREIGN)
 def test_a_foreign_key_set_is_refused_never_run(server, own, keyed_model, name):
     """Real keys of another circuit with a valid warm-up query made under iris's own specs: refused
@@ -168,7 +157,7 @@ def test_a_foreign_key_set_is_refused_never_run(server, own, keyed_model, name):
     server.assert_serving()
 
 
-def test_queries_in_another_layout_are_refused_and_genuine_ones_answered(server, own, keyed_model):
+def test_queries_in_another_layout_are_refused_and_genuine_ones_answered(server, own, keyed_model, recut):
     """A warm-up query and a query whose payload is cut in two (each killed concrete), and a query
     of another data set: INVALID_ARGUMENT. Then a genuine query is classified as in the clear."""
     zeros = encrypted_zeros(own, IRIS, 4)

@@ -17,7 +17,6 @@ from petlab.client.paillier_client import paillier_classify
 from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.knn.paper.reference import classify_by_sorting
-from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.crypto.paillier_knn import generate_keypair
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 from petlab.server.knn.datasets import load_bundled
@@ -289,19 +288,9 @@ def _last_used(running, key_id: str) -> float:
     return next(k.last_used for k in running.keys.entries() if k.key_id == key_id)
 
 
-def _recut(ciphertext: bytes) -> bytes:
-    """The same ciphertext, its payload cut into two blobs (concrete writes one)."""
-    with SCHEMA.Value.from_bytes(ciphertext) as reader:
-        value = reader.as_builder()
-    payload = b"".join(bytes(blob) for blob in value.payload.data)
-    blobs = value.payload.init("data", 2)
-    blobs[0], blobs[1] = payload[:8], payload[8:]
-    return value.to_bytes()
-
-
 @pytest.mark.slow
 def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_as_computed(
-    channel, running, iris_prepared
+    channel, running, iris_prepared, recut
 ):
     """Attack on the store's fairness: cheap invalid calls naming a key id used to mark the key
     used (``touch`` ran before the query was parsed) and kept it alive for ever. Only a successful
@@ -314,7 +303,7 @@ def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_
     key = iris_prepared.key_id
     query = iris_prepared.client.encrypt(np.array([1, 2, 3, 4]))
     before = _last_used(running, key)
-    for bad in (b"\x01garbage" * 8, _recut(query), b""):
+    for bad in (b"\x01garbage" * 8, recut(query), b""):
         request = knn_pb2.ClassifyRequest(model="iris", key_id=key, encrypted_query=bad)
         expect_status(grpc.StatusCode.INVALID_ARGUMENT, stub.Classify, request)
     assert _last_used(running, key) == before
@@ -326,13 +315,13 @@ def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_
 
 @pytest.mark.slow
 def test_a_hostile_servers_result_in_another_layout_is_not_decrypted(
-    remote, running, iris_prepared, monkeypatch
+    remote, running, iris_prepared, monkeypatch, recut
 ):
     """A server answering with its result's payload cut in two (concrete's decryption then writes
     outside its buffer, in the process that holds the secret key): the client refuses it."""
     evaluator = running.services.evaluator
     honest = evaluator.classify
-    monkeypatch.setattr(evaluator, "classify", lambda evaluation: [_recut(r) for r in honest(evaluation)])
+    monkeypatch.setattr(evaluator, "classify", lambda evaluation: [recut(r) for r in honest(evaluation)])
     with pytest.raises(ValueError, match=r"encrypted result has .* 2 blob"):
         remote.classify(iris_prepared, np.array([5.1, 3.5, 1.4, 0.2]))
 
