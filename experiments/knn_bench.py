@@ -278,6 +278,7 @@ def run_bench(
                         config or default_config(algorithm),
                         dataset=dataset,
                         owner=owner,
+                        compile_only=compile_only,
                     )
                 )
                 tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
@@ -291,10 +292,13 @@ def run_bench(
 
 
 def markdown_table(rows: list[dict]) -> str:
+    """The rows' Markdown table, without the columns empty on every row (``--compile-only``: no
+    keys, no latency)."""
     if not rows:
         return ""
-    header = "| " + " | ".join(MARKDOWN_COLUMNS) + " |\n|" + "---|" * len(MARKDOWN_COLUMNS) + "\n"
-    body = "".join("| " + " | ".join(str(r[c]) for c in MARKDOWN_COLUMNS) + " |\n" for r in rows)
+    columns = [c for c in MARKDOWN_COLUMNS if any(r[c] != "" for r in rows)]
+    header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join("| " + " | ".join(str(r[c]) for c in columns) + " |\n" for r in rows)
     machine = f"\n{rows[0]['cores']} cores, {rows[0]['cpu']}, concrete-python {rows[0]['concrete_python']}\n"
     return header + body + machine
 

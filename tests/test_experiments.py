@@ -134,3 +134,23 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     centered = table[table.method.str.startswith("leaf counts centered")].iloc[0]
     clamped = table[table.method.str.contains("paper")].iloc[0]
     assert abs(centered.synthetic - centered.real) < abs(clamped.synthetic - clamped.real)
+
+
+def test_knn_bench_compile_only_makes_no_keys_and_reports_the_cost_model(tmp_path, monkeypatch):
+    """``knn-bench --compile-only`` compiles and reports PBS and concrete's complexity without keys
+    or queries (it once generated keys and timed queries anyway: the flag did not reach a row)."""
+    from petlab.experiments import knn_bench
+
+    def no_keys(*args, **kwargs):
+        raise AssertionError("--compile-only generated keys")
+
+    monkeypatch.setattr(knn_bench, "KnnClient", no_keys)
+    out = tmp_path / "bench.csv"
+    assert knn_bench.run_bench([10], 1, out, ["thermo"], datasets=("iris",), compile_only=True) == 0
+    row = pd.read_csv(out).iloc[0]
+    assert row.pbs_count == row.cost_model_pbs > 0
+    assert float(row.complexity) > 0
+    assert pd.isna(row.server_median_s) and pd.isna(row.keygen_s)
+    table = out.with_suffix(".md").read_text()
+    assert "| thermo | iris | 10 |" in table
+    assert "server_median_s" not in table and "complexity" in table  # no empty latency columns
