@@ -143,22 +143,9 @@ def bench_one(
     clear_times = [_timed(classify_clear, model.plan, query)[1] for query in levels]
     steady = latencies[1:] or latencies
     return {
-        "algorithm": algorithm,
-        "dataset": dataset,
-        "n": n if n is not None else "all",
-        "n_kept": model.plan.n,  # a larger n than the training rows keeps them all
-        "k": k,
-        "bits": bits,
-        "d": model.d,
-        "global_p_error": config.global_p_error,
-        "strategy": config.parameter_selection_strategy,
-        "pbs_count": statistics["pbs_count"],
-        "cost_model_pbs": predicted_pbs(model.plan),
-        "complexity": f"{statistics['complexity']:.3g}",
-        "compile_s": round(compile_seconds, 2),
+        **_compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
         "keygen_s": round(keygen_seconds, 2),
         "eval_key_bytes_compressed": len(key_bytes),
-        "eval_key_bytes_raw": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
         "query_bytes": len(ciphertext),
         "result_bytes": len(result),
         "bytes_per_query": len(ciphertext) + len(result),
@@ -170,6 +157,30 @@ def bench_one(
         "clear_median_s": round(float(np.median(clear_times)), 6),
         "queries": len(levels),
         "encrypted_equals_clear": answers == classify_clear(model.plan, levels).tolist(),
+    }
+
+
+def _compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm) -> dict:
+    """What compilation alone tells (PBS, concrete's cost estimate, key and ciphertext sizes) and
+    the machine; a row of either mode starts from these."""
+    return {
+        "algorithm": algorithm,
+        "dataset": dataset,
+        "n": n if n is not None else "all",
+        "n_kept": model.plan.n,  # a larger n than the training rows keeps them all
+        "k": k,
+        "bits": model.plan.bits,
+        "d": model.d,
+        "global_p_error": config.global_p_error,
+        "strategy": config.parameter_selection_strategy,
+        "pbs_count": statistics["pbs_count"],
+        "cost_model_pbs": predicted_pbs(model.plan),
+        "complexity": f"{statistics['complexity']:.3g}",
+        "compile_s": round(compile_seconds, 2),
+        "eval_key_bytes_raw": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
+        "query_bytes": statistics["input_bytes"],
+        "result_bytes": statistics["output_bytes"],
+        "bytes_per_query": statistics["input_bytes"] + statistics["output_bytes"],
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "concrete_python": version("concrete-python"),
@@ -177,34 +188,9 @@ def bench_one(
 
 
 def _compiled_row(model, config, statistics, compile_seconds, dataset, n, k, algorithm) -> dict:
-    """``--compile-only``: what compilation alone tells (PBS, concrete's cost estimate, key and
-    ciphertext sizes); no keys, no query, so no latency."""
+    """``--compile-only``: the compiled fields; no keys, no query, so no latency (empty columns)."""
     row: dict[str, object] = dict.fromkeys(COLUMNS, "")
-    row.update(
-        {
-            "algorithm": algorithm,
-            "dataset": dataset,
-            "n": n if n is not None else "all",
-            "n_kept": model.plan.n,
-            "k": k,
-            "bits": model.plan.bits,
-            "d": model.d,
-            "global_p_error": config.global_p_error,
-            "strategy": config.parameter_selection_strategy,
-            "pbs_count": statistics["pbs_count"],
-            "cost_model_pbs": predicted_pbs(model.plan),
-            "complexity": f"{statistics['complexity']:.3g}",
-            "compile_s": round(compile_seconds, 2),
-            "eval_key_bytes_raw": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
-            "query_bytes": statistics["input_bytes"],
-            "result_bytes": statistics["output_bytes"],
-            "bytes_per_query": statistics["input_bytes"] + statistics["output_bytes"],
-            "encrypted_equals_clear": "",
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "concrete_python": version("concrete-python"),
-        }
-    )
+    row.update(_compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm))
     return row
 
 
