@@ -29,8 +29,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
+
+from petlab.server.common.rpc_errors import abort
 
 RETRY_AFTER_SECONDS = 5
 
@@ -73,15 +76,20 @@ class Slots:
     @contextmanager
     def held(self, context) -> Iterator[None]:
         if not self._semaphore.acquire(blocking=False):
-            context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the server is busy with other {self.what}; retry in {RETRY_AFTER_SECONDS} seconds",
+            refuse_busy(
+                context, f"the server is busy with other {self.what}; retry in {RETRY_AFTER_SECONDS} seconds"
             )
         try:
             yield
         finally:
             self._semaphore.release()
+
+
+def refuse_busy(context: grpc.ServicerContext, message: str) -> NoReturn:
+    """End the call RESOURCE_EXHAUSTED with a ``retry-after-s`` hint (every admission limit's
+    answer: nobody waits)."""
+    context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
+    abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 class OwnerSlots:
@@ -103,9 +111,8 @@ class OwnerSlots:
             if taken:
                 self._held[owner] = self._held.get(owner, 0) + 1
         if not taken:
-            context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            refuse_busy(
+                context,
                 f"you already have {self._count} {self.what} running, your limit; retry when one ends",
             )
         try:

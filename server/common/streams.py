@@ -36,9 +36,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from petlab.server.common.admission import RETRY_AFTER_SECONDS
+from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
 from petlab.server.common.handlers import RESPONSE_STREAMS, Behavior, is_non_blocking, rewrap
-from petlab.server.common.rpc_errors import abort
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +97,8 @@ class StreamGuard(grpc.ServerInterceptor):
     def _guarded(self, behavior: Behavior, method: str, reads_requests: bool) -> Behavior:
         def guarded(request, context, *callback):
             if not self._slots.acquire(blocking=False):
-                context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
-                abort(
+                refuse_busy(
                     context,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the server has {self.limits.slots} streams open, its limit; "
                     f"retry in {RETRY_AFTER_SECONDS} seconds",
                 )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from petlab.server.common.admission import RETRY_AFTER_SECONDS
+from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
 from petlab.server.common.handlers import UNARY_RESPONSES, Behavior, rewrap
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,8 @@ class ThreadShare(grpc.ServerInterceptor):
     def _bounded(self, behavior: Behavior) -> Behavior:
         def bounded(request, context):
             if not self._semaphore.acquire(timeout=self._wait):
-                context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                refuse_busy(
+                    context,
                     "the server is busy with other encrypted k-NN calls; "
                     f"retry in {RETRY_AFTER_SECONDS} seconds",
                 )
