@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from petlab.crypto.knn.paper.plan import build_plan as validate_training_set
+from petlab.crypto.knn.ranges import TrainingLevels
 from petlab.crypto.knn.thermo.encoding import code_length
 from petlab.crypto.knn.thermo.network import MergeProgram, whole_program
 
@@ -184,7 +185,7 @@ SATURATION = 0.2  # the per-feature cost caps near this fraction of the level ra
 
 
 @dataclass(frozen=True)
-class ThermoPlan:
+class ThermoPlan(TrainingLevels):
     """Clear constants of the thermometer circuit (module docstring gives the algorithm)."""
 
     train: np.ndarray  # (n, d) quantized training points
@@ -196,18 +197,6 @@ class ThermoPlan:
     weights: np.ndarray  # (d (2^bits - 1), n): raw = code @ weights + offsets
     offsets: np.ndarray  # (n,)
     program: MergeProgram  # per-class lists and D_k
-
-    @property
-    def n(self) -> int:
-        return int(self.train.shape[0])
-
-    @property
-    def d(self) -> int:
-        return int(self.train.shape[1])
-
-    @property
-    def max_level(self) -> int:
-        return (1 << self.bits) - 1
 
     @property
     def code_length(self) -> int:
