@@ -5,9 +5,9 @@ PBS (exact, from public figures: ``stage_pbs`` of each family's ``split`` module
 (S(3) = 2), n_p points per partition, P partitions, C classes:
 
 * thermo (one pass; the default): partition_p = n_p (shift + 1) when its distance reduces + about
-  2.5 n_p comparators (per-class lists) + C k refreshes; each of the ceil(log2 P) merge levels
+  2 n_p comparators (per-class lists) + C k refreshes; each of the ceil(log2 P) merge levels
   C (k + S) on the critical path; finish = its network + C k indicators + the vote. The whole
-  circuit: n (shift + 1) + about 2.5 n + sum_c min(k, n_c) + the vote (``thermo.cost``).
+  circuit: n (shift + 1) + about 2 n + sum_c min(k, n_c) + the vote (``thermo.cost``).
 * fast (two passes): with L_p distinct (feature, level) lookups in partition p (L_p <= d 2^bits)
   and c = 1 when the plan coarsens (d > 15 at 4 bits): partition_p = L_p + c n_p + about 8/3 n_p,
   count_p = L_p + c n_p + n_p, merge = merge_count(P, k), finish = C(C-1)/2 (vote_bits - 3) + C.

@@ -5,7 +5,7 @@ the count against concrete's ``programmable_bootstrap_count``):
 
 - reduction (``spec.reduced``): ``shift`` truncation PBS and one lookup per point;
 - the per-class network: its comparators (:func:`crypto.knn.thermo.network.whole_program`,
-  about 2.5 per point for k = 3);
+  about 2 per point for k = 3);
 - indicators: one per non-filler entry of the C class lists (``sum_c min(k, n_c)``);
 - the winner: ``C (C - 1) / 2`` signs, then nothing (C = 2), one packed lookup (C = 3) or C.
 

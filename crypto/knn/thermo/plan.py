@@ -27,9 +27,9 @@ algorithm (the encrypted class equals ``crypto.knn.thermo.reference`` on every q
    are at most k); C = 2: ``class = 1 - bit``; C = 3: one lookup of the three packed bits;
    C > 3: ``win_c = [wins_c == C - 1]`` (C small lookups), ``class = sum_c c win_c``.
 
-Cost (lookups per query, k = 3): about 2.5 n comparators (``network``), n reductions when
+Cost (lookups per query, k = 3): about 2 n comparators (``network``), n reductions when
 ``reduced`` (plus ``shift`` truncation PBS per point), 3 C indicators, and C(C-1)/2 (+ 1 or C)
-for the winner. Iris at n = 40 (d = 4, no reduction): 96 + 9 + 4 = 109 lookups of <= 5 bits; the
+for the winner. Iris at n = 40 (d = 4, no reduction): 87 + 9 + 4 = 100 lookups of <= 5 bits; the
 fast family needs 205.
 """
 

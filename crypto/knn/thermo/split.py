@@ -27,7 +27,7 @@ wire such an output to another function ("contaminated by noise coming straight 
 input"). The fast family's distances come out of lookups, so its partitions need no refresh.
 
 Cost per query (:func:`stage_pbs`, checked against the compiled module): partition_p = its
-reduction (``n_p (shift + 1)`` when the spec reduces) + its network's comparators (about 2.5 per
+reduction (``n_p (shift + 1)`` when the spec reduces) + its network's comparators (about 2 per
 point) + C k refreshes; merge_l = C (k + S(k)) per merge; finish = ``finish_program``'s
 comparators + C k indicators + the vote's lookups. Nothing is computed twice: the distances are
 clear linear combinations.
