@@ -26,6 +26,7 @@ from petlab.crypto.knn.thermo.plan import (
     DistanceChoice,
     DistanceSpec,
     build_thermo_plan,
+    counted_positions,
     default_spec,
     spec_for,
 )
@@ -195,6 +196,21 @@ def test_split_programs_equal_the_whole_program():
         assert lists == whole_lists and kth == whole_kth
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_counted_positions_keep_the_winner(k):
+    """For every vote vector the rule can produce (C classes, votes 0..k summing to at least k),
+    the first class with the most votes is the same without the lists' first entries,
+    ``max(v - 1, 0)``, exactly when C <= k; ``plan.counted_positions`` leaves them out then only."""
+    for n_classes in range(2, 6):
+        changed = False
+        for votes in np.ndindex(*(k + 1,) * n_classes):
+            v = np.array(votes)
+            if v.sum() >= k:
+                changed |= int(np.argmax(np.maximum(v - 1, 0))) != int(np.argmax(v))
+        assert changed == (n_classes > k), (n_classes, k)
+        assert (0 in counted_positions(n_classes, k)) == (n_classes > k)
+
+
 def test_packed_winner_table_picks_the_first_class_with_most_votes():
     for votes in np.ndindex(4, 4, 4):
         v = np.array(votes)
@@ -254,11 +270,12 @@ def test_iris_simulation_equals_reference(iris_thermo, simulate_all):
 
 
 def test_iris_circuit_lookup_count(iris_thermo):
-    """No lookup for distances: comparators + C k indicators + the vote (100 at n = 40; fast: 205)."""
+    """No lookup for distances: comparators + C (k - 1) indicators + the vote (97 at n = 40; fast: 205)."""
     model, circuit, _ = iris_thermo
     plan = model.plan
-    expected = plan.program.comparators + len(plan.program.real_list_slots) + 3 + 1
-    assert not plan.spec.reduced and circuit.programmable_bootstrap_count == expected <= 100
+    expected = plan.program.comparators + len(plan.vote_slots) + 3 + 1
+    assert len(plan.vote_slots) == 6  # C = 3 <= k: the lists' first entries need no indicator
+    assert not plan.spec.reduced and circuit.programmable_bootstrap_count == expected <= 97
     sizes = np.bincount(plan.labels, minlength=plan.n_classes)
     assert cost.count(sizes, plan.k, plan.spec).total == expected  # the cost model, no compilation
 
