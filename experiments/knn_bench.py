@@ -278,6 +278,7 @@ def run_bench(
                         config or default_config(algorithm),
                         dataset=dataset,
                         owner=owner,
+                        compile_only=compile_only,
                     )
                 )
                 tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
