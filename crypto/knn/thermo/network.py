@@ -81,11 +81,6 @@ class MergeProgram:
     def comparators(self) -> int:
         return sum(len(layer.first) for layer in self.layers)
 
-    @property
-    def real_list_slots(self) -> list[tuple[int, int]]:
-        """(class, slot) of every list entry that is not a filler."""
-        return [(c, s) for c, slots in enumerate(self.lists) for s in slots if s is not FILLER]
-
     def run(self, values: Any, exchange: Callable[[Any, Any], tuple[Any, Any]], concat: Callable) -> Any:
         """All slots: ``values`` (inputs along axis 0), then each layer's minima and maxima.
         ``exchange(a, b) -> (min, max)`` elementwise; ``concat(parts)`` joins along axis 0."""
