@@ -5,9 +5,10 @@ PBS (exact, from public figures: ``stage_pbs`` of each family's ``split`` module
 (S(3) = 2), n_p points per partition, P partitions, C classes:
 
 * thermo (one pass; the default): partition_p = n_p (shift + 1) when its distance reduces + about
-  2.5 n_p comparators (per-class lists) + C k refreshes; each of the ceil(log2 P) merge levels
-  C (k + S) on the critical path; finish = its network + C k indicators + the vote. The whole
-  circuit: n (shift + 1) + about 2.5 n + sum_c min(k, n_c) + the vote (``thermo.cost``).
+  2 n_p comparators (per-class lists) + C k refreshes; each of the ceil(log2 P) merge levels
+  C (k + S) on the critical path; finish = its network + C k indicators (C (k - 1) when C <= k)
+  + the vote. The whole circuit: n (shift + 1) + about 2 n + the counted indicators + the vote
+  (``thermo.cost``).
 * fast (two passes): with L_p distinct (feature, level) lookups in partition p (L_p <= d 2^bits)
   and c = 1 when the plan coarsens (d > 15 at 4 bits): partition_p = L_p + c n_p + about 8/3 n_p,
   count_p = L_p + c n_p + n_p, merge = merge_count(P, k), finish = C(C-1)/2 (vote_bits - 3) + C.
@@ -76,7 +77,7 @@ def _thermo_pbs(dataset: str, d: int, n: int, parts: int) -> tuple[int, int]:
     from petlab.crypto.knn.split.program import merge_levels
     from petlab.crypto.knn.thermo.cost import extrapolate, vote_lookups
     from petlab.crypto.knn.thermo.network import finish_program, merge_program, partition_program
-    from petlab.crypto.knn.thermo.plan import spec_for
+    from petlab.crypto.knn.thermo.plan import counted_positions, spec_for
     from petlab.server.knn.datasets import load_bundled, owner_settings
 
     owner = owner_settings(dataset)
@@ -89,7 +90,8 @@ def _thermo_pbs(dataset: str, d: int, n: int, parts: int) -> tuple[int, int]:
     reduction = n_p * (spec.shift + 1) if spec.reduced else 0
     partition = reduction + partition_program(labels, n_classes, owner.k).comparators + n_classes * owner.k
     merges = merge_levels(parts) * merge_program(n_classes, owner.k).comparators
-    finish = finish_program(n_classes, owner.k).comparators + n_classes * owner.k + vote_lookups(n_classes)
+    indicators = n_classes * len(counted_positions(n_classes, owner.k))
+    finish = finish_program(n_classes, owner.k).comparators + indicators + vote_lookups(n_classes)
     return partition + merges + finish, extrapolate(sizes, n, owner.k, spec).total
 
 

@@ -110,7 +110,7 @@ def circuit_function(plan: ThermoPlan) -> Callable:
     shortfall = fhe.univariate(lambda u: np.maximum(fill - u, 0))  # u = a + F - b: max(b - a, 0)
     within = fhe.univariate(lambda u: (u <= fill).astype(np.int64))  # u = a + F - D_k: [a <= D_k]
     distances = distance_function(spec, plan.weights, plan.offsets)
-    real = program.real_list_slots
+    real = plan.vote_slots
     slots = np.asarray([s for _, s in real], dtype=np.int64)
     onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)
     onehot[np.arange(len(real)), [c for c, _ in real]] = 1

@@ -5,8 +5,9 @@ the count against concrete's ``programmable_bootstrap_count``):
 
 - reduction (``spec.reduced``): ``shift`` truncation PBS and one lookup per point;
 - the per-class network: its comparators (:func:`crypto.knn.thermo.network.whole_program`,
-  about 2.5 per point for k = 3);
-- indicators: one per non-filler entry of the C class lists (``sum_c min(k, n_c)``);
+  about 2 per point for k = 3);
+- indicators: one per counted non-filler entry of the C class lists (``sum_c min(k, n_c)``, less
+  one per class when C <= k: ``plan.counted_positions``);
 - the winner: ``C (C - 1) / 2`` signs, then nothing (C = 2), one packed lookup (C = 3) or C.
 
 ``pbs_per_point`` is the slope that matters at scale; :func:`extrapolate` gives the count for any
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from petlab.crypto.knn.thermo.network import whole_program
-from petlab.crypto.knn.thermo.plan import DistanceSpec
+from petlab.crypto.knn.thermo.plan import DistanceSpec, counted_positions
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def count(class_sizes: Sequence[int], k: int, spec: DistanceSpec) -> LookupCount
         reduction=n if spec.reduced else 0,
         truncation=n * spec.shift if spec.reduced else 0,
         comparators=program.comparators,
-        indicators=sum(min(k, s) for s in sizes),
+        indicators=sum(1 for s in sizes for j in counted_positions(len(sizes), k) if j < min(k, s)),
         vote=vote_lookups(len(sizes)),
     )
 

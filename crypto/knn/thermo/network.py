@@ -8,13 +8,20 @@ Slots are positions in a growing vector: the n inputs first, then each layer app
 minima and n_l maxima. ``FILLER`` (``None``) stands for a clear value no smaller than any distance;
 a comparator with a filler operand is decided at build time and costs nothing.
 
-Merging two ascending lists a and b (each padded to k with fillers) keeping the k smallest:
-``c_i = min(a_i, b_{k-1-i})`` gives the k smallest of the union as an up-down (bitonic) sequence
-(k comparators), sorted by :func:`unimodal_layers` (2 comparators for k = 3); the final merge of
-the D_k tree only needs ``max_i c_i`` (k - 1 comparators). Cf. Batcher's bitonic merger and the
-top-k selection of KU Leuven COSIC's ppknn. Starting from single points, rounds of pairwise merges
-cost, for k = 3: 1 comparator per two points (pairs), 3 per two pairs (3 smallest of 4), 5 per two
-3-lists: about 2.5 comparators per point (the fast family's groups of k cost about 2.7).
+Each class's k smallest, ascending (:meth:`_Builder.select`): compare the points in pairs; the k
+smallest of the class are among the k smallest pair minima and the floor(k/2) smallest pair maxima
+(for k = 3: the single smallest maximum), so recurse on both halves and merge. About 2
+comparators per point for k = 3 (Iris n = 40: 87 with D_k, against 96 for rounds of pairwise
+merges of sorted 3-lists, about 2.5 per point); Alekseev's lower bound for selecting the 3
+smallest is 2 (n - 3). Merging two ascending lists a and b (each padded to k with fillers)
+keeping the k smallest: ``c_i = min(a_i, b_{k-1-i})`` gives the k smallest of the union as an
+up-down (bitonic) sequence (k comparators), sorted by :func:`unimodal_layers` (2 comparators for
+k = 3); the D_k tree's last merge only needs ``max_i c_i`` (k - 1 comparators). Cf. Batcher's
+bitonic merger and the top-k selection of KU Leuven COSIC's ppknn.
+
+Comparators are recorded first and laid out last (:meth:`_Builder.program`): one whose outputs
+nothing uses is dropped, and each of the rest goes to the first layer after its operands exist,
+so the classes' networks run side by side.
 
 Every layer is ONE tensor lookup in the circuit (all its comparators side by side), so the depth
 is the number of layers and the cost the number of comparators.
@@ -48,6 +55,10 @@ def unimodal_layers(k: int) -> list[list[tuple[int, int]]]:
     return [[(i, i + 1) for i in range(layer % 2, k - 1, 2)] for layer in range(k)]
 
 
+def _unimodal_cost(k: int) -> int:
+    return sum(len(layer) for layer in unimodal_layers(k))
+
+
 @dataclass(frozen=True)
 class Layer:
     """One lookup layer: comparators ``(first[i], second[i])``; outputs the minima, then the maxima."""
@@ -70,11 +81,6 @@ class MergeProgram:
     def comparators(self) -> int:
         return sum(len(layer.first) for layer in self.layers)
 
-    @property
-    def real_list_slots(self) -> list[tuple[int, int]]:
-        """(class, slot) of every list entry that is not a filler."""
-        return [(c, s) for c, slots in enumerate(self.lists) for s in slots if s is not FILLER]
-
     def run(self, values: Any, exchange: Callable[[Any, Any], tuple[Any, Any]], concat: Callable) -> Any:
         """All slots: ``values`` (inputs along axis 0), then each layer's minima and maxima.
         ``exchange(a, b) -> (min, max)`` elementwise; ``concat(parts)`` joins along axis 0."""
@@ -86,45 +92,69 @@ class MergeProgram:
 
 
 class _Builder:
+    """Records comparators on node ids (inputs ``0 .. n_inputs - 1``, then ``n_inputs + 2 c`` and
+    ``n_inputs + 2 c + 1`` for the minimum and maximum of comparator ``c``); :meth:`program` drops
+    the comparators no output depends on and layers the rest as soon as their operands exist."""
+
     def __init__(self, n_inputs: int):
         self.n_inputs = n_inputs
-        self.size = n_inputs
-        self.layers: list[Layer] = []
+        self.comparators: list[tuple[int, int]] = []
 
     def exchange(self, pairs: Sequence[tuple[Slot, Slot]]) -> list[tuple[Slot, Slot]]:
-        """(min, max) slots of every pair; pairs with a filler are free."""
+        """(min, max) of every pair; pairs with a filler are free."""
         out: list[tuple[Slot, Slot]] = []
-        real: list[tuple[int, int]] = []
         for x, y in pairs:
             if x is FILLER or y is FILLER:
                 out.append((y if x is FILLER else x, FILLER))
             else:
-                out.append((-1, -1))
-                real.append((x, y))
-        if real:
-            count = len(real)
-            self.layers.append(Layer(tuple(x for x, _ in real), tuple(y for _, y in real)))
-            position = 0
-            for i, (x, y) in enumerate(pairs):
-                if x is not FILLER and y is not FILLER:
-                    out[i] = (self.size + position, self.size + count + position)
-                    position += 1
-            self.size += 2 * count
+                node = self.n_inputs + 2 * len(self.comparators)
+                self.comparators.append((x, y))
+                out.append((node, node + 1))
         return out
 
-    def merge(self, merges: Sequence[tuple[SortedList, SortedList]], k: int) -> list[SortedList]:
-        """Each (a, b) -> its k smallest, ascending; all merges' comparators layer by layer."""
-        pairs = [(a[i], b[k - 1 - i]) for a, b in merges for i in range(k)]
-        lows = [low for low, _ in self.exchange(pairs)]
-        lists = [list(lows[m * k : (m + 1) * k]) for m in range(len(merges))]
+    def sort_unimodal(self, values: list[Slot], k: int) -> list[Slot]:
         for layer in unimodal_layers(k):
-            done = self.exchange([(c[i], c[j]) for c in lists for i, j in layer])
-            for m, c in enumerate(lists):
-                for (i, j), (low, high) in zip(
-                    layer, done[m * len(layer) : (m + 1) * len(layer)], strict=True
-                ):
-                    c[i], c[j] = low, high
-        return [tuple(c) for c in lists]
+            done = self.exchange([(values[i], values[j]) for i, j in layer])
+            for (i, j), (low, high) in zip(layer, done, strict=True):
+                values[i], values[j] = low, high
+        return values
+
+    def merge(self, merges: Sequence[tuple[SortedList, SortedList]], k: int) -> list[SortedList]:
+        """Each (a, b) -> its k smallest, ascending: ``c_i = min(a_i, b_{k-1-i})`` is up-down,
+        then :func:`unimodal_layers` sorts it."""
+        out = []
+        for a, b in merges:
+            c = [low for low, _ in self.exchange([(a[i], b[k - 1 - i]) for i in range(k)])]
+            out.append(tuple(self.sort_unimodal(c, k)))
+        return out
+
+    def select(self, slots: Sequence[int], k: int) -> SortedList:
+        """The k smallest of ``slots``, ascending (fillers where fewer than k), by pairs.
+
+        Compare the slots in pairs (x_i <= y_i; an odd last slot joins the x's). The j-th smallest
+        y (j >= 1) is above its own x and the j - 1 smaller y's and their x's, so it ranks 2j or
+        later: the k smallest of all are among the k smallest x's and the floor(k/2) smallest y's.
+        Recursing on both and merging gives about 2 comparators per point for k = 3 (n/2 pairs,
+        n/2 - 1 for the smallest y, then the same on the n/2 x's), against about 2.5 for rounds
+        of pairwise merges (Alekseev's lower bound for selecting the 3 smallest: 2 (n - 3)).
+        The merge is cheaper than :meth:`merge`: the smallest x is below every y, so
+        ``c_0 = x_0`` is the minimum and only ``c_1 .. c_{k-1}`` (still up-down) need sorting.
+        Exact for any values, ties included: a comparator network that selects correctly on every
+        0/1 input selects correctly on every input (the 0-1 principle; the tests check both)."""
+        slots = list(slots)
+        if len(slots) <= 1 or k == 0:
+            return (tuple(slots) + (FILLER,) * k)[:k]
+        done = self.exchange([(slots[2 * i], slots[2 * i + 1]) for i in range(len(slots) // 2)])
+        xs = [low for low, _ in done] + slots[2 * (len(slots) // 2) :]
+        ys = [high for _, high in done]
+        low_list = self.select(xs, k)
+        if k // 2 == 0:
+            return low_list
+        high_list = self.select(ys, k // 2) + (FILLER,) * (k - k // 2)
+        c = [low for low, _ in self.exchange([(low_list[i], high_list[k - 1 - i]) for i in range(k)])]
+        if _unimodal_cost(k - 1) <= _unimodal_cost(k):
+            return (c[0], *self.sort_unimodal(c[1:], k - 1))
+        return tuple(self.sort_unimodal(c, k))
 
     def kth(self, a: SortedList, b: SortedList, k: int) -> Slot:
         """The k-th smallest of the union of two ascending k-lists: ``max_i min(a_i, b_{k-1-i})``."""
@@ -136,27 +166,53 @@ class _Builder:
         return row[0]
 
     def program(self, lists: Sequence[SortedList], kth: Slot = FILLER) -> MergeProgram:
-        return MergeProgram(self.n_inputs, tuple(self.layers), tuple(lists), kth)
+        """Layers: every needed comparator at depth 1 + its operands' depth, all of one depth side
+        by side (one lookup each); node ids become slots (inputs, then each layer's minima and
+        maxima)."""
+        n = self.n_inputs
+        wanted = {s for slots in lists for s in slots if s is not FILLER}
+        if kth is not FILLER:
+            wanted.add(kth)
+        needed = [False] * len(self.comparators)
+        for c in range(len(self.comparators) - 1, -1, -1):
+            if n + 2 * c in wanted or n + 2 * c + 1 in wanted:
+                needed[c] = True
+                wanted.update(self.comparators[c])
+        depth = [0] * len(self.comparators)
+
+        def depth_of(node: int) -> int:
+            return 0 if node < n else depth[(node - n) // 2]
+
+        by_depth: dict[int, list[int]] = {}
+        for c, (x, y) in enumerate(self.comparators):
+            if needed[c]:
+                depth[c] = 1 + max(depth_of(x), depth_of(y))
+                by_depth.setdefault(depth[c], []).append(c)
+        slot_of = {i: i for i in range(n)}
+        layers, size = [], n
+        for level in sorted(by_depth):
+            members = by_depth[level]
+            layers.append(
+                Layer(
+                    tuple(slot_of[self.comparators[c][0]] for c in members),
+                    tuple(slot_of[self.comparators[c][1]] for c in members),
+                )
+            )
+            for position, c in enumerate(members):
+                slot_of[n + 2 * c] = size + position
+                slot_of[n + 2 * c + 1] = size + len(members) + position
+            size += 2 * len(members)
+
+        def slot(node: Slot) -> Slot:
+            return FILLER if node is FILLER else slot_of[node]
+
+        return MergeProgram(n, tuple(layers), tuple(tuple(map(slot, s)) for s in lists), slot(kth))
 
 
 def _class_lists(builder: _Builder, groups: Sequence[Sequence[int]], k: int) -> list[SortedList]:
-    """Rounds of pairwise merges inside every class (classes side by side in each layer)."""
-    lists: list[list[SortedList]] = [[(s,) + (FILLER,) * (k - 1) for s in group] for group in groups]
-    while any(len(class_lists) > 1 for class_lists in lists):
-        merges, owners = [], []
-        for c, class_lists in enumerate(lists):
-            for p in range(len(class_lists) // 2):
-                merges.append((class_lists[2 * p], class_lists[2 * p + 1]))
-                owners.append(c)
-        merged = builder.merge(merges, k)
-        rounds: list[list[SortedList]] = [[] for _ in lists]
-        for c, result in zip(owners, merged, strict=True):
-            rounds[c].append(result)
-        for c, class_lists in enumerate(lists):
-            if len(class_lists) % 2:
-                rounds[c].append(class_lists[-1])
-        lists = rounds
-    return [class_lists[0] if class_lists else (FILLER,) * k for class_lists in lists]
+    """Every class's k smallest, ascending (:meth:`_Builder.select`; classes side by side in
+    each layer)."""
+    return [builder.select(group, k) for group in groups]
 
 
 def _kth_of(builder: _Builder, lists: Sequence[SortedList], k: int) -> Slot:

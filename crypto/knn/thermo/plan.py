@@ -22,15 +22,17 @@ algorithm (the encrypted class equals ``crypto.knn.thermo.reference`` on every q
 4. Votes, tie rule "capped": ``votes_c = #{j : a_cj <= D_k}`` over the class's sorted list, i.e.
    every point at distance <= D_k votes (all ties at D_k, as R's ``class::knn(use.all = TRUE)``),
    but each class counts at most k of them. C k lookups instead of n.
+   When C <= k the first entry of each list needs no indicator (:func:`counted_positions`): the
+   winner of ``max(votes_c - 1, 0)`` is the winner of ``votes_c``.
 5. Winner: most votes, the smallest class index among equal votes: pairwise bits
    ``[votes_c >= votes_c']`` from the sign of ``votes_c' - votes_c - 1`` (``w + 1`` is enough: votes
    are at most k); C = 2: ``class = 1 - bit``; C = 3: one lookup of the three packed bits;
    C > 3: ``win_c = [wins_c == C - 1]`` (C small lookups), ``class = sum_c c win_c``.
 
-Cost (lookups per query, k = 3): about 2.5 n comparators (``network``), n reductions when
-``reduced`` (plus ``shift`` truncation PBS per point), 3 C indicators, and C(C-1)/2 (+ 1 or C)
-for the winner. Iris at n = 40 (d = 4, no reduction): 96 + 9 + 4 = 109 lookups of <= 5 bits; the
-fast family needs 205.
+Cost (lookups per query, k = 3): about 2 n comparators (``network``), n reductions when
+``reduced`` (plus ``shift`` truncation PBS per point), 2 C indicators when C <= 3 (else 3 C), and
+C(C-1)/2 (+ 1 or C) for the winner. Iris at n = 40 (d = 4, no reduction): 87 + 6 + 4 = 97
+lookups of <= 5 bits; the fast family needs 205.
 """
 
 from __future__ import annotations
@@ -184,6 +186,20 @@ def default_spec(d: int, bits: int) -> DistanceSpec:
 SATURATION = 0.2  # the per-feature cost caps near this fraction of the level range
 
 
+def counted_positions(n_classes: int, k: int) -> range:
+    """Positions j of the class lists whose indicator ``[a_cj <= D_k]`` the vote reads (step 4).
+
+    All k, except when ``C <= k``: then position 0 is left out, and each class counts
+    ``v'_c = max(v_c - 1, 0)`` (the lists are ascending, so ``a_c1 <= D_k`` implies
+    ``a_c0 <= D_k``). The first class with the most votes is the same for v' as for v: at least k
+    points lie at distance <= D_k and a class counts its own up to k, so the votes sum to at
+    least k. If the largest vote M is >= 2, the classes with v = M are exactly those with
+    v' = M - 1 >= 1 and every other class has v' < M - 1. If M <= 1, the votes are C ones summing
+    to at least k >= C, so all are 1, every v' is 0 and both winners are class 0.
+    (``tests/test_thermo_knn.py`` checks every vote vector.)"""
+    return range(1, k) if n_classes <= k else range(k)
+
+
 @dataclass(frozen=True)
 class ThermoPlan(TrainingLevels):
     """Clear constants of the thermometer circuit (module docstring gives the algorithm)."""
@@ -201,6 +217,18 @@ class ThermoPlan(TrainingLevels):
     @property
     def code_length(self) -> int:
         return code_length(self.d, self.bits)
+
+    @property
+    def vote_slots(self) -> list[tuple[int, int]]:
+        """(class, slot) of every list entry the vote counts (:func:`counted_positions`; fillers,
+        decided at build time, never count)."""
+        counted = counted_positions(self.n_classes, self.k)
+        return [
+            (c, s)
+            for c, slots in enumerate(self.program.lists)
+            for j, s in enumerate(slots)
+            if j in counted and s is not None
+        ]
 
     @property
     def vote_gap_bits(self) -> int:

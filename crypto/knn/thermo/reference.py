@@ -15,7 +15,14 @@ import numpy as np
 
 from petlab.crypto.knn.ranges import check_queries
 from petlab.crypto.knn.thermo.encoding import thermometer
-from petlab.crypto.knn.thermo.plan import DistanceChoice, DistanceSpec, ThermoPlan, default_spec, spec_for
+from petlab.crypto.knn.thermo.plan import (
+    DistanceChoice,
+    DistanceSpec,
+    ThermoPlan,
+    counted_positions,
+    default_spec,
+    spec_for,
+)
 
 
 @dataclass(frozen=True)
@@ -25,8 +32,8 @@ class ThermoTrace:
     distances: np.ndarray  # (m, n) after the reduction
     lists: np.ndarray  # (m, C, k) each class's k smallest, ascending (filler where missing)
     kth: np.ndarray  # (m,) D_k
-    votes: np.ndarray  # (m, C)
-    classes: np.ndarray  # (m,)
+    votes: np.ndarray  # (m, C) the rule's capped votes
+    classes: np.ndarray  # (m,) the winner, from the counted entries (plan.counted_positions)
 
 
 def exchange(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,8 +70,10 @@ def trace_code(plan: ThermoPlan, codes: np.ndarray) -> ThermoTrace:
         raise ValueError(f"a code has {plan.code_length} bits, got shape {codes.shape}")
     distances = plan.spec.reduce(codes @ plan.weights + plan.offsets)
     lists, kth = lists_and_kth(plan, distances)
-    votes = (lists <= kth[:, None, None]).sum(axis=2)
-    return ThermoTrace(distances, lists, kth, votes, winner(votes))
+    inside = lists <= kth[:, None, None]
+    votes = inside.sum(axis=2)
+    counted = inside[:, :, counted_positions(plan.n_classes, plan.k)].sum(axis=2)
+    return ThermoTrace(distances, lists, kth, votes, winner(counted))
 
 
 def trace(plan: ThermoPlan, queries: np.ndarray) -> ThermoTrace:

@@ -5,7 +5,7 @@ the partition's points; ``network.partition_program``), and two states merge per
 the k smallest (``network.merge_program``, associative), so the split is
 ``crypto.knn.split.program.merge_tree_program``: ``partition_p(code)`` on each partition's worker,
 a binary tree of ``merge_l`` stages (one per level), then ``finish(lists)``: D_k from the class
-lists (``network.finish_program``), one indicator ``[a_cj <= D_k]`` per list entry, and the vote
+lists (``network.finish_program``), one indicator ``[a_cj <= D_k]`` per counted list entry, and the vote
 (``circuit.decision_function``). The family's rule is unchanged: every point with ``d_i <= D_k``
 votes, at most k per class.
 
@@ -27,10 +27,10 @@ wire such an output to another function ("contaminated by noise coming straight 
 input"). The fast family's distances come out of lookups, so its partitions need no refresh.
 
 Cost per query (:func:`stage_pbs`, checked against the compiled module): partition_p = its
-reduction (``n_p (shift + 1)`` when the spec reduces) + its network's comparators (about 2.5 per
+reduction (``n_p (shift + 1)`` when the spec reduces) + its network's comparators (about 2 per
 point) + C k refreshes; merge_l = C (k + S(k)) per merge; finish = ``finish_program``'s
-comparators + C k indicators + the vote's lookups. Nothing is computed twice: the distances are
-clear linear combinations.
+comparators + C k indicators (C (k - 1) when C <= k: ``plan.counted_positions``) + the vote's
+lookups. Nothing is computed twice: the distances are clear linear combinations.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from petlab.crypto.knn.thermo.network import (
     merge_program,
     partition_program,
 )
-from petlab.crypto.knn.thermo.plan import DistanceSpec, ThermoPlan
+from petlab.crypto.knn.thermo.plan import DistanceSpec, ThermoPlan, counted_positions
 
 
 def _exchange(spec: DistanceSpec):
@@ -107,17 +107,19 @@ def _finish(plan: ThermoPlan):
     program = finish_program(n_classes, k)
     top = spec.filler
     within = fhe.univariate(lambda u: (u >= top).astype(np.int64))  # u = D_k - a + filler
-    onehot = np.repeat(np.eye(n_classes, dtype=np.int64), k, axis=0)  # entry (c, j) -> class c
+    # the counted entries (c, j), class-major, and their classes
+    counted = np.asarray([c * k + j for c in range(n_classes) for j in counted_positions(n_classes, k)])
+    onehot = np.eye(n_classes, dtype=np.int64)[counted // k]
     decide = decision_function(n_classes, plan.vote_gap_bits)
 
     def body(lists):
         kth = program.run(lists, _exchange(spec), _concatenate)[program.kth]
-        inside = within(fhe.hint(kth - lists + top, bit_width=spec.compare_bits))
+        inside = within(fhe.hint(kth - lists[counted] + top, bit_width=spec.compare_bits))
         return decide(inside @ onehot)
 
     def twin(lists):
         kth = program.run(lists, reference.exchange, _concatenate)[program.kth]
-        return int(reference.winner((lists <= kth).astype(np.int64) @ onehot))
+        return int(reference.winner((lists[counted] <= kth).astype(np.int64) @ onehot))
 
     return body, twin
 
@@ -149,5 +151,6 @@ def stage_pbs(plan: ThermoPlan, parts: int, config: CircuitConfig) -> dict[str, 
     merges = merge_program(n_classes, k).comparators
     for level in range(1, merge_levels(parts) + 1):
         out[f"merge_{level}"] = merges
-    out["finish"] = finish_program(n_classes, k).comparators + n_classes * k + vote_lookups(n_classes)
+    indicators = n_classes * len(counted_positions(n_classes, k))
+    out["finish"] = finish_program(n_classes, k).comparators + indicators + vote_lookups(n_classes)
     return out
