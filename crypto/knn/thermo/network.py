@@ -35,24 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from petlab.crypto.knn.fast.selection_network import unimodal_layers  # the same merger
+
 FILLER = None
 Slot = int | None
 SortedList = tuple[Slot, ...]
-
-
-def unimodal_layers(k: int) -> list[list[tuple[int, int]]]:
-    """Comparator layers that sort any up-down sequence of length k: the bitonic merger for k a
-    power of two; for k = 3, (0, 2) puts the minimum (at an end) first, then (1, 2); otherwise
-    odd-even transposition."""
-    if k >= 2 and k & (k - 1) == 0:
-        layers, span = [], k // 2
-        while span:
-            layers.append([(i, i + span) for i in range(k) if i % (2 * span) < span])
-            span //= 2
-        return layers
-    if k == 3:
-        return [[(0, 2)], [(1, 2)]]
-    return [[(i, i + 1) for i in range(layer % 2, k - 1, 2)] for layer in range(k)]
 
 
 def _unimodal_cost(k: int) -> int:
@@ -128,7 +115,7 @@ class _Builder:
             out.append(tuple(self.sort_unimodal(c, k)))
         return out
 
-    def select(self, slots: Sequence[int], k: int) -> SortedList:
+    def select(self, slots: Sequence[Slot], k: int) -> SortedList:
         """The k smallest of ``slots``, ascending (fillers where fewer than k), by pairs.
 
         Compare the slots in pairs (x_i <= y_i; an odd last slot joins the x's). The j-th smallest
