@@ -1,4 +1,4 @@
-"""``make demo``: a data owner's server and a device's client, as separate processes on loopback.
+"""``petlab-experiments demo``: a data owner's server and a device's client, separate processes on loopback.
 
 Starts ``petlab-server`` on a free loopback port, waits for gRPC health SERVING, classifies held-out
 Iris rows with ``petlab-client`` over both protocols (HE-kNN-V and the interactive Paillier
