@@ -87,15 +87,22 @@ def released_equations(
     history = ReleaseHistory(data, rules)
     rows, sums = [], []
     for spec in specs:
-        try:
-            evaluated = evaluate(spec, data)
-        except AnalysisError:
-            continue
-        if refusal_reason(evaluated, history):
-            continue
-        history.record(evaluated)
-        add_released_sums(evaluated, rows, sums)
+        evaluated = released(spec, data, history)
+        if evaluated is not None:
+            add_released_sums(evaluated, rows, sums)
     return rows, sums
+
+
+def released(spec: dict, data: pd.DataFrame, history: ReleaseHistory):
+    """The evaluated analysis if the controller's decision releases it (recorded), else None."""
+    try:
+        evaluated = evaluate(spec, data)
+    except AnalysisError:
+        return None
+    if refusal_reason(evaluated, history):
+        return None
+    history.record(evaluated)
+    return evaluated
 
 
 def add_released_sums(evaluated, rows: list[np.ndarray], sums: list[Fraction]) -> None:
@@ -287,13 +294,9 @@ def coalition_releases(
         history = histories.setdefault(
             who if per_identity else "everyone", ReleaseHistory(data, COALITION_RULES)
         )
-        try:
-            evaluated = evaluate(spec, data)
-        except AnalysisError:
+        evaluated = released(spec, data, history)
+        if evaluated is None:
             continue
-        if refusal_reason(evaluated, history):
-            continue
-        history.record(evaluated)
         add_released_sums(evaluated, rows, sums)
         result = evaluated.result
         if evaluated.kind == "regression":
