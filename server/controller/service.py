@@ -140,11 +140,15 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         self._person_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._release_lock = threading.Lock()
+        # the history is keyed by the data's plain SHA-256, in the owner's database only; the log
+        # names the published, keyed digest (``configuration``), or no digest without an identity
         if identity is not None:
-            self._data_sha256, self._rules_sha256 = identity.dataset_sha256.hex(), identity.rules_sha256.hex()
+            self._data_sha256, self._rules_sha256 = identity.history_key.hex(), identity.rules_sha256.hex()
+            self._data_named = f"the data file with digest {identity.dataset_sha256.hex()}"
         else:
             self._data_sha256 = hashlib.sha256(data.to_csv(index=False).encode()).hexdigest()
             self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
+            self._data_named = "this data set"
         self.diagnostics = ConfidentialDiagnostics(diagnostics)
         self._history = history or ReleaseHistory(data, self._rules)
         self._start_history()
@@ -153,21 +157,16 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         start = self._sessions.start_history(self._data_sha256, len(self._data))
         self._history.replay(start.releases)
         if start.new:
-            log.info(
-                "a new, empty release history starts for the data file with SHA-256 %s", self._data_sha256
-            )
+            log.info("a new, empty release history starts for %s", self._data_named)
         else:
             log.info(
-                "release history of the data file with SHA-256 %s: %d functionals released before",
-                self._data_sha256,
-                len(start.releases),
+                "release history of %s: %d functionals released before", self._data_named, len(start.releases)
             )
-        for digest, count in start.other_histories.items():
+        for count in start.other_histories.values():
             log.warning(
-                "the database also holds %d released functionals on another data file (SHA-256 %s); "
+                "the database also holds %d released functionals on another data file; "
                 "they are not audited against this one: analysts who saw both can difference them",
                 count,
-                digest,
             )
         if start.legacy_sets:
             log.warning(
