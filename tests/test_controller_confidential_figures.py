@@ -88,3 +88,21 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
         assert describe(channel)["dataset_sha256"] != published  # a co-signature binds the data
     key = tmp_path / "dataset-digest-key"
     assert key.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(serve, tmp_path, caplog):
+    """After a change of rules, the server checks whether the history already determines a group
+    below the new threshold: a bit computed from the records (how many fall in the released
+    sets). It went to the ordinary log; it now goes to the confidential diagnostics."""
+    youngest = int((DATA.age == DATA.age.min()).sum())
+    assert 10 <= youngest < 50  # released under acro's threshold 10, below a threshold of 50
+    settings = {"analysis_data": acs_sample_path(), "open_analysis": True, "analysis_cooldown_seconds": 0}
+    with serve(tmp_path, **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
+        released = answers(channel, [{"type": "count", "where": {"age": {"eq": int(DATA.age.min())}}}])
+        assert f'"count": {youngest}' in released
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[rules]\nthreshold = 50\n")
+    with caplog.at_level(logging.INFO), serve(tmp_path, **settings, rules=rules):
+        pass
+    assert "group below the threshold" not in ordinary_log(caplog)
+    assert "group below the threshold" in (tmp_path / "controller-diagnostics.log").read_text()

@@ -14,6 +14,8 @@ Refusals name a category only ("withheld: disclosure control"): the exact reason
 leverage, a set difference) is itself a figure computed from the confidential data, so it goes to
 a diagnostics file marked confidential (``ConfidentialDiagnostics``: owner-only, under the data
 directory), never to the analyst, and never to the ordinary log, which names the session only.
+So does the finding, at start, that the history already determines a small group under changed
+rules (a bit of the records).
 Any exception while interpreting an analysis ends the session with a generic abort; the traceback
 goes to the log.
 
@@ -174,10 +176,11 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 start.legacy_sets,
             )
         assert self._history.audit is not None
-        if start.releases and self._history.audit.check([]) is not None:
-            log.warning(
+        finding = self._history.audit.check([]) if start.releases else None
+        if finding is not None:  # a bit of the records (who falls in the released sets): confidential
+            self.diagnostics.write(
                 "the release history already determines a group below the threshold under the current "
-                "rules (they changed since): every analysis will be refused"
+                f"rules (they changed since): every analysis will be refused ({finding.reason})"
             )
 
     @property
