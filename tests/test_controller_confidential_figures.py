@@ -12,7 +12,9 @@ import hashlib
 import io
 import logging
 
+import numpy as np
 import pandas as pd
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from petlab.client.analyst import describe, prepare, run
@@ -106,3 +108,33 @@ def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(
         pass
     assert "group below the threshold" not in ordinary_log(caplog)
     assert "group below the threshold" in (tmp_path / "controller-diagnostics.log").read_text()
+
+
+@pytest.mark.parametrize("column", ["hpw", "age"])
+def test_a_numerical_failure_on_the_records_is_a_counted_refusal_that_names_nothing(
+    serve, tmp_path, caplog, column
+):
+    """A regression whose predictor holds an infinite value made numpy raise LinAlgError ("SVD did
+    not converge"), a ValueError: the analyst got numpy's message and the refusal was not counted,
+    so free probes located the record (the failure happens exactly when the set contains it). It is
+    now the generic abort, counted against the person, its message in the confidential file."""
+    data = DATA.astype({"hpw": float}).copy()
+    data.loc[7, "hpw"] = np.inf
+    path = tmp_path / "with-inf.csv"
+    data.to_csv(path, index=False)
+    settings = {"analysis_data": path, "open_analysis": True, "analysis_cooldown_seconds": 0}
+    spec = {"type": "regression", "outcome": "incc", "predictors": ["hpw"]}
+    if column == "age":  # the set holds the record: the same failure through a where clause
+        spec["where"] = {"age": {"eq": int(data.age[7])}}
+    with (
+        caplog.at_level(logging.INFO),
+        serve(tmp_path, **settings) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        said = answers(channel, [spec])
+        persons = running.controller._sessions.persons()
+    assert "SVD" not in said and "converge" not in said
+    assert "the analysis failed" in said
+    assert [state.refusals for state, _ in persons] == [1]  # counted: one bit, under the budget
+    assert "SVD" not in ordinary_log(caplog)
+    assert "SVD" in (tmp_path / "controller-diagnostics.log").read_text()

@@ -16,8 +16,9 @@ a diagnostics file marked confidential (``ConfidentialDiagnostics``: owner-only,
 directory), never to the analyst, and never to the ordinary log, which names the session only.
 So does the finding, at start, that the history already determines a small group under changed
 rules (a bit of the records).
-Any exception while interpreting an analysis ends the session with a generic abort; the traceback
-goes to the log.
+Any exception while interpreting an analysis, numpy's and pandas's ValueErrors included, ends the
+session with a generic abort counted as a refusal (whether it happens can depend on the records);
+its traceback goes to the confidential diagnostics, the log names the session.
 
 People: before every analysis (OpenSession and each Next) the person's record is checked: a
 suspended person is refused (PERMISSION_DENIED, and the session closes), a person in the cool-down
@@ -39,6 +40,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -313,24 +315,22 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             spec = json.loads(spec_bytes)
             if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
                 raise AnalysisError("the spec is not a canonical JSON object")
+        except ValueError as exc:  # the analyst's own bytes: no data involved
+            self._cannot_run(session, position, context, exc, False)
+        try:
             evaluated = evaluate(spec, self._data)
-        except (ValueError, AnalysisError) as exc:  # the spec's fault, stated without data
-            depends_on_data = isinstance(exc, AnalysisError) and exc.data_dependent
-            self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"analysis {position} cannot run, so the session is aborted: {exc}",
-            )
+        except AnalysisError as exc:  # our own sentence, stated without figures of the data
+            self._cannot_run(session, position, context, exc, exc.data_dependent)
         except Exception:  # never Python's message to the analyst; the session ends cleanly
-            log.exception("session %s: analysis %d failed", session.session_id, position)
-            return self._abort(session, position, "internal error", "the analysis failed", refusal=True)
+            # numpy's and pandas's ValueErrors too (LinAlgError "SVD did not converge" when the set
+            # holds an infinite value): whether they happen depends on the records
+            return self._failed(session, position, "the analysis")
         history = self._history_for(session.person)
         with self._release_lock:  # module docstring: decide and record against one history
             try:
                 reason = refusal_reason(evaluated, history)
             except Exception:  # the decision failed: nothing is released, the session ends cleanly
-                log.exception("session %s: the decision on analysis %d failed", session.session_id, position)
-                return self._abort(session, position, "internal error", "the analysis failed")
+                return self._failed(session, position, "the decision on the analysis")
             if reason:
                 return self._abort(session, position, reason)
             rows = released_functionals(evaluated)
@@ -343,6 +343,24 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             last=new_state.finished,
             result_json=json.dumps(evaluated.result, sort_keys=True),
         )
+
+    def _cannot_run(self, session: Session, position: int, context, exc: Exception, depends_on_data: bool):
+        """The spec cannot run: the analyst is told why (a sentence that names no figure of the
+        data); a reason that depends on the records counts as a refusal."""
+        self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"analysis {position} cannot run, so the session is aborted: {exc}",
+        )
+
+    def _failed(self, session: Session, position: int, what: str):
+        """An exception while running ``what``: a generic abort, counted as a refusal (whether it
+        happens can depend on the records). Its message and traceback may state figures of the
+        records (numpy and pandas quote values), so they go to the confidential diagnostics; the
+        ordinary log names the session only."""
+        log.error("session %s: %s %d failed (see the diagnostics)", session.session_id, what, position)
+        details = f"{what} failed:\n{traceback.format_exc()}"
+        return self._abort(session, position, details, "the analysis failed", refusal=True)
 
     def _abort(
         self, session: Session, position: int, reason: str, category: str = WITHHELD, refusal: bool = True
