@@ -12,8 +12,9 @@ Domingo-Ferrer (PSD 2022), Sections 3 and 4.2. ``prepare`` validates every spec 
 holds the analyses not yet revealed, so it is written owner-only. ``certify`` is the certification
 authority's step: it checks that the traces commit to exactly the specs in the file, checks them
 against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0
-together with the analyst's key and the scope: the controller's id, its data set's and rules'
-SHA-256 (what ``describe`` fetches from the controller), an expiry and the person the key belongs to,
+together with the analyst's key and the scope: the controller's id, its data set's digest (keyed
+by the controller) and rules' SHA-256 (what ``describe`` fetches from the controller), an expiry
+and the person the key belongs to,
 so the co-signature holds at that controller, on that data, under those rules, for that person and
 until then only (the controller counts refusals and quotas per person: a fresh key is not a fresh
 start). ``run`` opens a session and

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.experiments.synthesis_experiments import commute_points
 from petlab.plaindata.adaptive.hierarchies import Quadtree
 from petlab.plaindata.adaptive.histograms import (
@@ -69,6 +70,8 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
         writer.writerows(rows)
     lines = [
         "# Adaptive synthesis: synthetic against real point counts",
+        "",
+        EVALUATION_NOTICE,
         "",
         f"{len(points):,} real points (simulated commute data, seed {seed}); earthmover per real point.",
         "",

@@ -44,6 +44,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.plaindata.metrics.commute import commute_miles
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.commute_data import generate
@@ -219,6 +220,8 @@ def _markdown(
 ) -> None:
     lines = [
         "# OnTheMap: ICDE 2008 Figures 1-4 and the prior mass",
+        "",
+        EVALUATION_NOTICE,
         "",
         f"{workers:,} simulated workers, {sample} destination blocks chosen at random (mean "
         f"{mean_workers:.1f} workers each; the paper's 120 averaged 15), eps = {EPSILON}, delta = {DELTA}. "

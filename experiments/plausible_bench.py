@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.plausible.accounting import report_lines
 from petlab.plaindata.plausible.bayes_model import seed_probabilities
@@ -66,6 +67,7 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
     rng = np.random.default_rng(seed)
     if candidates < 1:
         raise ValueError("candidates must be at least 1")
+    print(EVALUATION_NOTICE, flush=True)
     print(f"{len(codes)} records from {data}; {candidates} candidates, k={config.k}, "
           f"gamma={config.gamma:g}, omega={config.omega}, eps0={config.eps0}", flush=True)  # fmt: skip
     start = time.perf_counter()
@@ -120,7 +122,9 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
         writer.writerow(row)
     for key, value in row.items():
         print(f"  {key}: {value}")
-    # the statement of a release that would stop at the records passed, with these runs allowed
+    # the statement of a release that would stop at the records passed, with these runs allowed;
+    # its count is the pass tally of this run, a figure of the data: an evaluation like the rest
+    print("what a release of the records passed here, with these runs allowed, would state (evaluation):")
     print("\n".join(report_lines(fitted, config, max(passed, 1), candidates)))
     print(f"wrote {out}")
     return 0

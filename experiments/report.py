@@ -116,6 +116,12 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join([header, rule, *body])
 
 
+EVALUATION_NOTICE = (
+    "An evaluation, not a release: the figures here are computed from the (simulated or real) "
+    "confidential data and compared with it; no privacy statement covers them."
+)
+
+
 def write_report(
     results: dict[str, pd.DataFrame], figures: list[Path], out: Path, machine: str, mode: str
 ) -> Path:

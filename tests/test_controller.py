@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import logging
@@ -226,7 +227,10 @@ def test_certification_authority(serve, tmp_path):
     ):
         controller = describe(channel)
         assert controller["controller_id"] == "acs-2013" and controller["instruction_format"] == 2
-        assert controller["dataset_sha256"] == hashlib.sha256(acs_sample_path().read_bytes()).hexdigest()
+        # keyed (test_controller_confidential_figures): HMAC-SHA256 under the owner's key
+        key = bytes.fromhex((tmp_path / "dataset-digest-key").read_text())
+        keyed = hmac.new(key, acs_sample_path().read_bytes(), hashlib.sha256).hexdigest()
+        assert controller["dataset_sha256"] == keyed
         document = prepare(GOOD[:2], ANALYST)
         with pytest.raises(grpc.RpcError) as failure:
             run(document, channel, out=io.StringIO())

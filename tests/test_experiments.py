@@ -114,8 +114,10 @@ def test_counted_bytes_equal_serialized_message_sizes(server):
 
 
 def test_synthesis_utility_experiments_write_their_tables(tmp_path):
-    """``onthemap-figures`` and ``adaptive-counts`` on tiny inputs: files written, figures sane."""
+    """``onthemap-figures`` and ``adaptive-counts`` on tiny inputs: files written, figures sane,
+    each labelled an evaluation."""
     from petlab.experiments.cli import main as experiments_main
+    from petlab.experiments.report import EVALUATION_NOTICE
 
     figures = tmp_path / "figures"
     assert (
@@ -130,6 +132,9 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     assert (
         experiments_main(["adaptive-counts", "--workers", "2000", "--eps", "0.5", "--out", str(counts)]) == 0
     )
+    # figures of the (simulated) confidential data, compared with the truth: each report says so
+    for report in (figures / "onthemap_figures.md", counts):
+        assert EVALUATION_NOTICE in report.read_text(), report
     table = pd.read_csv(counts.with_suffix(".csv"))
     centered = table[table.method.str.startswith("leaf counts centered")].iloc[0]
     clamped = table[table.method.str.contains("paper")].iloc[0]

@@ -196,3 +196,27 @@ def test_lodes_errors_name_no_confidential_block(tmp_path):
     with pytest.raises(ValueError, match="not in the crosswalk") as error:
         load_lodes(od, xwalk)
     assert "279990099999" not in str(error.value) and "1 block" not in str(error.value)
+
+
+@pytest.mark.parametrize("bad", ["x17", "7.5", "-3", "0", "", "99999999999999999999999"])
+@pytest.mark.parametrize("command", ["onthemap", "adaptive"])
+def test_a_bad_job_count_is_a_clear_error_that_names_no_value(tmp_path, capsys, command, bad):
+    """A job count (S000) that is not a positive integer is refused before anything runs, by a
+    message that quotes neither the value (a cell of the confidential file) nor where it is; before,
+    onthemap quoted it ("invalid literal for int() with base 10: 'x17'"), truncated 7.5 to 7, and
+    adaptive died with a traceback."""
+    od, xwalk = tmp_path / "od.csv", tmp_path / "xwalk.csv"
+    blocks = ["270010001001", "270010001002", "270010001003"]
+    pd.DataFrame({"tabblk2010": blocks, "blklatdd": [44.0, 44.01, 44.02], "blklondd": [-93.0] * 3}).to_csv(
+        xwalk, index=False
+    )
+    counts = ["4", "2", bad]
+    pd.DataFrame({"w_geocode": blocks, "h_geocode": blocks[::-1], "S000": counts}).to_csv(od, index=False)
+    argv = [command, "--od", str(od), "--xwalk", str(xwalk), "--out", str(tmp_path / "o.csv"), "--seed", "1"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "S000 must be a positive whole number" in captured.err
+    assert "privacy report" not in captured.out and "Traceback" not in captured.err
+    text = (captured.out + captured.err).replace(str(od), "OD")  # the path's own digits
+    for figure in {bad, "17", "7.5", "-3", "line", "row 3", "1 pair"} - {"", "0"}:  # "0": S000
+        assert figure not in text, figure

@@ -12,8 +12,9 @@ and the controller, holding T_{j-1}, recovers I_j from the revealed T_j by equat
 T_0 is signed by the analyst with Ed25519 (Section 3.2, "seal"), and optionally co-signed by a
 certification authority that has checked the whole sequence (Section 4.2). Signatures cover a
 domain-separated message. The authority's also covers the analyst's public key and a
-:class:`CertificationScope`: the controller it certifies for, the SHA-256 of that controller's data
-set and of its output-checking rules, an expiry, and the person the key belongs to (issue 22: the
+:class:`CertificationScope`: the controller it certifies for, the digest of that controller's data
+set (keyed by the controller, so it names the version and nothing else) and the SHA-256 of its
+output-checking rules, an expiry, and the person the key belongs to (issue 22: the
 controller keeps refusals and quotas per person, so a fresh key is not a fresh start). So a
 co-signature cannot be moved to another analyst's sequence or person, nor replayed at another
 controller, against other data or under laxer rules than the ones the authority saw, nor used

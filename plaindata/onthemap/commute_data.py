@@ -36,12 +36,30 @@ def haversine_miles(lat1, lon1, lat2, lon2) -> np.ndarray:
     return 2 * EARTH_RADIUS_MILES * np.arcsin(np.sqrt(np.clip(a, 0, 1)))
 
 
+MAX_JOBS = 2**53  # counts above this are not exact in floating point, and no block has them
+
+
+def _job_counts(column: pd.Series, od_path: Path) -> pd.Series:
+    """``S000`` as int64, every count a whole number in 1 .. ``MAX_JOBS``. The error names neither
+    the value nor its row: both are figures of the confidential O/D file (a parser's own message
+    quotes the value)."""
+    values = pd.to_numeric(column, errors="coerce").astype(float)
+    valid = np.isfinite(values) & (values >= 1) & (values <= MAX_JOBS) & (values == np.floor(values))
+    if not valid.all():
+        raise ValueError(
+            f"{od_path}: S000 must be a positive whole number of jobs on every row "
+            "(the values and rows are not named: they are confidential)"
+        )
+    return values.astype(np.int64)
+
+
 def load_lodes(od_path: Path, crosswalk_path: Path) -> pd.DataFrame:
     """O/D pairs with coordinates: w_geocode, h_geocode, S000, w_lat, w_lon, h_lat, h_lon, miles."""
     od = pd.read_csv(od_path, dtype={"w_geocode": str, "h_geocode": str})
     missing = {"w_geocode", "h_geocode", "S000"} - set(od.columns)
     if missing:
         raise ValueError(f"{od_path}: not a LODES O/D file, missing columns {sorted(missing)}")
+    od["S000"] = _job_counts(od.S000, od_path)
     crosswalk = pd.read_csv(crosswalk_path, dtype={c: str for c in BLOCK_COLUMNS})
     block = next((c for c in BLOCK_COLUMNS if c in crosswalk.columns), None)
     if block is None or not {"blklatdd", "blklondd"} <= set(crosswalk.columns):

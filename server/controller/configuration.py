@@ -2,12 +2,21 @@
 persons they belong to), the
 output-checking rules, and the identity a certification authority's co-signature is bound to
 (the controller id, the data set's and the rules' digests). ``server.controller.flags`` names the
-flags that point at these files."""
+flags that point at these files.
+
+The data set's published digest is keyed: HMAC-SHA256 of the data file's bytes under 32 random bytes
+kept owner-only in the data directory (``dataset-digest-key``). A plain SHA-256 of the file is a
+function of the records alone, so an analyst who knows every record but one could hash the file with
+each candidate value of the last one and read it off ``Describe``. The keyed digest still changes
+whenever the file does (a co-signature binds the data version) and is stable while the key is kept;
+it says nothing else about the records. The plain SHA-256 keys the release history in the owner's
+database only (``history_key``); it is never published or logged."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -27,30 +36,43 @@ class ControllerIdentity:
     """What an authority's co-signature names (``petlab-analyst describe`` fetches it)."""
 
     controller_id: str
-    dataset_sha256: bytes
+    dataset_sha256: bytes  # published: the keyed digest of the data file (module docstring)
     rules_sha256: bytes
+    history_key: bytes  # SHA-256 of the data file: keys the release history; owner-only, never published
 
 
 def controller_identity(
     data_path: Path, rules: Rules, data_dir: Path, controller_id: str | None
 ) -> ControllerIdentity:
-    """The digests of the data file's bytes and of the rules' canonical JSON, and the id: the one
-    given, or one made at random on first start and kept (owner-only) in ``data_dir``."""
+    """The keyed digest of the data file's bytes (module docstring), the digest of the rules'
+    canonical JSON, and the id: the one given, or one made at random on first start and kept
+    (owner-only) in ``data_dir``, as the digest's key is."""
     if controller_id is None:
-        stored = data_dir / "controller-id"
-        if not stored.exists():
-            descriptor = os.open(stored, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(f"controller-{secrets.token_hex(8)}\n")
-        controller_id = stored.read_text().strip()
+        controller_id = _owner_secret(
+            data_dir / "controller-id", lambda: f"controller-{secrets.token_hex(8)}"
+        )
     if not 1 <= len(controller_id.encode()) <= MAX_CONTROLLER_ID:
         raise ValueError(f"a controller id is 1 to {MAX_CONTROLLER_ID} bytes of UTF-8")
-    digest = hashlib.sha256()
+    key = bytes.fromhex(_owner_secret(data_dir / "dataset-digest-key", lambda: secrets.token_hex(32)))
+    if len(key) != 32:
+        raise ValueError(f"{data_dir / 'dataset-digest-key'}: not a 32-byte key in hex")
+    plain, keyed = hashlib.sha256(), hmac.new(key, digestmod=hashlib.sha256)
     with data_path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+            plain.update(block)
+            keyed.update(block)
     rules_digest = hashlib.sha256(canonical_json(dataclasses.asdict(rules))).digest()
-    return ControllerIdentity(controller_id, digest.digest(), rules_digest)
+    return ControllerIdentity(controller_id, keyed.digest(), rules_digest, plain.digest())
+
+
+def _owner_secret(path: Path, make) -> str:
+    """The text kept in ``path``: written owner-only (0600, never through a symbolic link) from
+    ``make()`` on first use."""
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(f"{make()}\n")
+    return path.read_text().strip()
 
 
 def load_analysts(path: Path) -> dict[bytes, str]:

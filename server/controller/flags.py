@@ -18,7 +18,7 @@ with which output-checking rules (issue 14).
   owner lifts it (``petlab-server persons lift PERSON``).
 * ``--analysis-quota-per-day``: analyses per person per rolling 24 hours.
 * ``--controller-id``: the name a certification authority's co-signature is bound to (with the
-  data set's and the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
+  data set's keyed digest, the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
   Default: a random id made once and kept in the data directory.
 """
 

@@ -14,8 +14,11 @@ Refusals name a category only ("withheld: disclosure control"): the exact reason
 leverage, a set difference) is itself a figure computed from the confidential data, so it goes to
 a diagnostics file marked confidential (``ConfidentialDiagnostics``: owner-only, under the data
 directory), never to the analyst, and never to the ordinary log, which names the session only.
-Any exception while interpreting an analysis ends the session with a generic abort; the traceback
-goes to the log.
+So does the finding, at start, that the history already determines a small group under changed
+rules (a bit of the records).
+Any exception while interpreting an analysis, numpy's and pandas's ValueErrors included, ends the
+session with a generic abort counted as a refusal (whether it happens can depend on the records);
+its traceback goes to the confidential diagnostics, the log names the session.
 
 People: before every analysis (OpenSession and each Next) the person's record is checked: a
 suspended person is refused (PERMISSION_DENIED, and the session closes), a person in the cool-down
@@ -37,6 +40,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -140,11 +144,15 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         self._person_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._release_lock = threading.Lock()
+        # the history is keyed by the data's plain SHA-256, in the owner's database only; the log
+        # names the published, keyed digest (``configuration``), or no digest without an identity
         if identity is not None:
-            self._data_sha256, self._rules_sha256 = identity.dataset_sha256.hex(), identity.rules_sha256.hex()
+            self._data_sha256, self._rules_sha256 = identity.history_key.hex(), identity.rules_sha256.hex()
+            self._data_named = f"the data file with digest {identity.dataset_sha256.hex()}"
         else:
             self._data_sha256 = hashlib.sha256(data.to_csv(index=False).encode()).hexdigest()
             self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
+            self._data_named = "this data set"
         self.diagnostics = ConfidentialDiagnostics(diagnostics)
         self._history = history or ReleaseHistory(data, self._rules)
         self._start_history()
@@ -153,21 +161,16 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         start = self._sessions.start_history(self._data_sha256, len(self._data))
         self._history.replay(start.releases)
         if start.new:
-            log.info(
-                "a new, empty release history starts for the data file with SHA-256 %s", self._data_sha256
-            )
+            log.info("a new, empty release history starts for %s", self._data_named)
         else:
             log.info(
-                "release history of the data file with SHA-256 %s: %d functionals released before",
-                self._data_sha256,
-                len(start.releases),
+                "release history of %s: %d functionals released before", self._data_named, len(start.releases)
             )
-        for digest, count in start.other_histories.items():
+        for count in start.other_histories.values():
             log.warning(
-                "the database also holds %d released functionals on another data file (SHA-256 %s); "
+                "the database also holds %d released functionals on another data file; "
                 "they are not audited against this one: analysts who saw both can difference them",
                 count,
-                digest,
             )
         if start.legacy_sets:
             log.warning(
@@ -175,10 +178,11 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 start.legacy_sets,
             )
         assert self._history.audit is not None
-        if start.releases and self._history.audit.check([]) is not None:
-            log.warning(
+        finding = self._history.audit.check([]) if start.releases else None
+        if finding is not None:  # a bit of the records (who falls in the released sets): confidential
+            self.diagnostics.write(
                 "the release history already determines a group below the threshold under the current "
-                "rules (they changed since): every analysis will be refused"
+                f"rules (they changed since): every analysis will be refused ({finding.reason})"
             )
 
     @property
@@ -311,24 +315,22 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             spec = json.loads(spec_bytes)
             if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
                 raise AnalysisError("the spec is not a canonical JSON object")
+        except ValueError as exc:  # the analyst's own bytes: no data involved
+            self._cannot_run(session, position, context, exc, False)
+        try:
             evaluated = evaluate(spec, self._data)
-        except (ValueError, AnalysisError) as exc:  # the spec's fault, stated without data
-            depends_on_data = isinstance(exc, AnalysisError) and exc.data_dependent
-            self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"analysis {position} cannot run, so the session is aborted: {exc}",
-            )
+        except AnalysisError as exc:  # our own sentence, stated without figures of the data
+            self._cannot_run(session, position, context, exc, exc.data_dependent)
         except Exception:  # never Python's message to the analyst; the session ends cleanly
-            log.exception("session %s: analysis %d failed", session.session_id, position)
-            return self._abort(session, position, "internal error", "the analysis failed", refusal=True)
+            # numpy's and pandas's ValueErrors too (LinAlgError "SVD did not converge" when the set
+            # holds an infinite value): whether they happen depends on the records
+            return self._failed(session, position, "the analysis")
         history = self._history_for(session.person)
         with self._release_lock:  # module docstring: decide and record against one history
             try:
                 reason = refusal_reason(evaluated, history)
             except Exception:  # the decision failed: nothing is released, the session ends cleanly
-                log.exception("session %s: the decision on analysis %d failed", session.session_id, position)
-                return self._abort(session, position, "internal error", "the analysis failed")
+                return self._failed(session, position, "the decision on the analysis")
             if reason:
                 return self._abort(session, position, reason)
             rows = released_functionals(evaluated)
@@ -341,6 +343,24 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             last=new_state.finished,
             result_json=json.dumps(evaluated.result, sort_keys=True),
         )
+
+    def _cannot_run(self, session: Session, position: int, context, exc: Exception, depends_on_data: bool):
+        """The spec cannot run: the analyst is told why (a sentence that names no figure of the
+        data); a reason that depends on the records counts as a refusal."""
+        self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"analysis {position} cannot run, so the session is aborted: {exc}",
+        )
+
+    def _failed(self, session: Session, position: int, what: str):
+        """An exception while running ``what``: a generic abort, counted as a refusal (whether it
+        happens can depend on the records). Its message and traceback may state figures of the
+        records (numpy and pandas quote values), so they go to the confidential diagnostics; the
+        ordinary log names the session only."""
+        log.error("session %s: %s %d failed (see the diagnostics)", session.session_id, what, position)
+        details = f"{what} failed:\n{traceback.format_exc()}"
+        return self._abort(session, position, details, "the analysis failed", refusal=True)
 
     def _abort(
         self, session: Session, position: int, reason: str, category: str = WITHHELD, refusal: bool = True
