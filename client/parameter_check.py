@@ -32,7 +32,9 @@ sent) and through concrete (what concrete will generate), and refuses them unles
   ``lweDimension + 1`` unsigned 64-bit words per element (3 when seed-compressed). concrete
   decrypts that many words whatever shape the gate states: specs whose answer gate stated fewer
   made the device read past the answer's buffer and die by SIGABRT, since the device's result check
-  compares the answer with the gate and so accepted it (red team, issue 25).
+  compares the answer with the gate and so accepted it (red team, issue 25);
+* **one function per name**: concrete decrypts a split model's answer with the first function of
+  its name, and the device's result check must read the same one.
 
 The JSON checks read the specs as concrete itself reads them (``ProgramInfo.serialize()``), so no
 difference between two JSON parsers (duplicate fields, escapes, numbers) can show this check one
@@ -117,7 +119,13 @@ def check_security(specs: bytes) -> None:
         dimensions = [key.dimension() for key in read["lweSecretKeys"]]
         concrete_view = json.loads(program.serialize())  # what concrete will use, field by field
         noises, links = _noises_and_links(read)
-        for name in program.function_list():
+        functions = list(program.function_list())
+        repeated = sorted({name for name in functions if functions.count(name) > 1})
+        if repeated:  # concrete finds the first by name; the device's result check must see the same
+            raise WeakParameters(
+                f"the server's client specs name two functions {repeated[0]!r}; refusing to make keys"
+            )
+        for name in functions:
             for i in range(len(program.get_circuit(name).get_inputs())):
                 noises.append(
                     _Noise(

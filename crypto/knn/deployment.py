@@ -112,12 +112,16 @@ class KnnClient:
     def __init__(self, specs: bytes):
         try:
             self._client = fhe.Client(fhe.ClientSpecs.deserialize(bytes(specs)))
-            self._wire = WireFormat.from_specs(bytes(specs))
-            functions = list(self._client.specs.program_info.function_list())
+            program = self._client.specs.program_info
+            # the result check reads the specs as concrete does (not as another JSON parser would)
+            self._wire = WireFormat.from_specs(bytes(program.serialize()))
+            functions = list(program.function_list())
         except Exception as exc:
             raise ValueError(f"client specs do not deserialize: {exc}") from exc
         # a whole circuit has one function; a split model encrypts for its entry stage and
         # answers from its last (crypto.knn.split.program)
+        if len(set(functions)) != len(functions):  # concrete decrypts with the first of a name
+            raise ValueError(f"client specs name functions {functions}, some twice")
         if len(functions) == 1:
             self._entry = self._answer = functions[0]
         elif ENTRY_STAGE in functions and ANSWER_STAGE in functions:
