@@ -555,3 +555,94 @@ def test_hostile_calls_to_a_split_model_are_refused_and_genuine_ones_answered(
         answers += [own.decrypt_class(a) for a in stub.ClassifyBatch(batch, timeout=300).encrypted_classes]
         assert answers == 2 * expected[chosen].tolist() and len(chosen) >= 2
         assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=30).models
+
+
+# ------------------------------------------------------------------ concrete's runtime and SIGPIPE
+
+
+def _write_to_a_closed_socket() -> str:
+    """What a write to a peer that has gone does in this process: Python ignores SIGPIPE, so it
+    is a ``BrokenPipeError``, unless a signal handler of concrete's runtime kills the process."""
+    import socket
+
+    mine, theirs = socket.socketpair()
+    theirs.close()
+    try:
+        mine.send(b"x")
+    except BrokenPipeError:
+        return "EPIPE"
+    finally:
+        mine.close()
+    return "sent"
+
+
+AFTER_AN_EVALUATION = """
+import sys
+from pathlib import Path
+import numpy as np
+from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo.encoding import thermometer
+from petlab.server.app import ServerOptions, start
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.evaluators import Evaluation
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel
+from tests.test_split_knn import _write_to_a_closed_socket
+
+scratch = Path(sys.argv[1])
+train, _ = load_bundled("iris").split()
+model = build_model("iris", train.features, train.labels, KnnSettings(n=6), train.class_names)
+compiled = load_or_compile(model, default_config("thermo"), scratch / "cache", parts=2)
+hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
+running = start(ServerOptions(data_dir=scratch / "data", models=[], port=0), {"iris": hosted})
+client = KnnClient(hosted.specs)
+client.generate_keys(secret_seed=3, encryption_seed=3)
+(scratch / "keys").write_bytes(client.evaluation_keys_bytes())
+query = client.encrypt(thermometer(np.zeros(4, dtype=np.int64), 4))
+running.services.evaluator.classify(Evaluation("iris", "key", scratch / "keys", [query]))
+print(_write_to_a_closed_socket(), flush=True)
+running.stop(grace=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_broken_pipe_after_an_in_process_evaluation_is_an_error_not_a_crash(tmp_path):
+    """concrete's runtime (HPX) installs its own SIGPIPE handler the first time it runs a circuit,
+    replacing Python's SIG_IGN: from then on a write to a peer that has gone (a log pipe, a Dask
+    TLS connection) kills the process by SIGSEGV instead of raising ``BrokenPipeError`` (found by
+    the red team: the test process died as a LocalCluster connection closed after an in-process
+    split evaluation). The server starts the runtime itself, then ignores SIGPIPE again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", AFTER_AN_EVALUATION, str(tmp_path)],
+        capture_output=True,
+        timeout=600,
+        cwd=root,
+    )
+    assert run.returncode == 0 and run.stdout.split() == [b"EPIPE"], (run.returncode, run.stderr[-800:])
+
+
+@pytest.mark.slow
+def test_a_broken_pipe_after_a_split_evaluation_does_not_kill_a_worker(
+    split_hosting, local_cluster, tmp_path
+):
+    """The same on the workers, which run concrete: after one query's stages ran on both workers of
+    a LocalCluster, a write to a closed socket on each worker is a ``BrokenPipeError`` there, not
+    a dead worker (its peers' connections, which carry the stages' intermediate values, close
+    whenever a worker goes)."""
+    from petlab.server.knn.cluster_evaluation import ClusterEvaluator
+    from petlab.server.knn.evaluators import Evaluation
+
+    hosted, client = split_hosting[2]
+    evaluator = ClusterEvaluator(local_cluster, {"iris": hosted.server}, {"iris": hosted.graph})
+    (tmp_path / "keys").write_bytes(client.evaluation_keys_bytes())
+    query = client.encrypt(thermometer(np.zeros(4, dtype=np.int64), 4))
+    evaluator.classify(Evaluation("iris", "key", tmp_path / "keys", [query], timeout=300))
+    workers = local_cluster.client.run(_write_to_a_closed_socket)
+    assert list(workers.values()) == ["EPIPE"] * 2, workers

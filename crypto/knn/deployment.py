@@ -16,15 +16,38 @@ step on the server, and the client sees one ciphertext in and one out, as for a 
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
 from concrete import fhe
+from concrete.compiler import init_dfr
 
 from petlab.crypto.knn.split.program import ANSWER_STAGE, ENTRY_STAGE, Node, StageGraph, run_graph
 from petlab.crypto.knn.wire_format import WireFormat
 
+log = logging.getLogger(__name__)
+
 # ---------------------------------------------------------------- server side (data owner)
+
+
+def start_concrete_runtime() -> None:
+    """Start concrete's runtime now, from the main thread, and ignore SIGPIPE again.
+
+    concrete-python 2.11's runtime (HPX) installs its own SIGPIPE handler when it starts (``init_dfr``,
+    or else inside the first ``server.run``), replacing Python's SIG_IGN; from then on a write to
+    a peer that has gone (a Dask TLS connection between workers, a log pipe) kills the process by
+    SIGSEGV instead of raising ``BrokenPipeError`` (found by the red team: a LocalCluster connection
+    closing killed the process that had evaluated in process). Python can set a disposition only
+    from the main thread, and later runs do not install the handler again, so every process that
+    evaluates calls this first: the server at start, each Dask worker as it joins."""
+    if threading.current_thread() is not threading.main_thread():
+        log.warning("concrete's runtime not started from the main thread: SIGPIPE stays its own")
+        return
+    init_dfr()
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
 def save_server(circuit: fhe.Circuit | fhe.Module, path: Path) -> None:
