@@ -27,7 +27,14 @@ sent) and through concrete (what concrete will generate), and refuses them unles
   key's size (``getEncryptionTransformer``): specs whose input names dimension 1 under the
   2048-coefficient key made the client send each feature under a single key bit, which the server
   reads by trying both values (found by the red team; ``tests/test_parameter_check.py``); a larger
-  dimension reads past the key's buffer, when encrypting and when decrypting.
+  dimension reads past the key's buffer, when encrypting and when decrypting;
+* **every value is laid out as its key's ciphertexts**: raw and concrete shape alike,
+  ``lweDimension + 1`` unsigned 64-bit words per element (3 when seed-compressed). concrete
+  decrypts that many words whatever shape the gate states: specs whose answer gate stated fewer
+  made the device read past the answer's buffer and die by SIGABRT, since the device's result check
+  compares the answer with the gate and so accepted it (red team, issue 25);
+* **one function per name**: concrete decrypts a split model's answer with the first function of
+  its name, and the device's result check must read the same one.
 
 The JSON checks read the specs as concrete itself reads them (``ProgramInfo.serialize()``), so no
 difference between two JSON parsers (duplicate fields, escapes, numbers) can show this check one
@@ -112,7 +119,13 @@ def check_security(specs: bytes) -> None:
         dimensions = [key.dimension() for key in read["lweSecretKeys"]]
         concrete_view = json.loads(program.serialize())  # what concrete will use, field by field
         noises, links = _noises_and_links(read)
-        for name in program.function_list():
+        functions = list(program.function_list())
+        repeated = sorted({name for name in functions if functions.count(name) > 1})
+        if repeated:  # concrete finds the first by name; the device's result check must see the same
+            raise WeakParameters(
+                f"the server's client specs name two functions {repeated[0]!r}; refusing to make keys"
+            )
+        for name in functions:
             for i in range(len(program.get_circuit(name).get_inputs())):
                 noises.append(
                     _Noise(
@@ -245,6 +258,32 @@ def _check_gates(circuits: list[dict[str, Any]], dimensions: list[int]) -> None:
                         f"the server's {what} is not over the native 2^64 modulus with concrete's own "
                         "compression; refusing to make keys"
                     )
+                layout = _layout(gate, ciphertext)
+                if layout != _key_layout(ciphertext):
+                    raise WeakParameters(
+                        f"the server's {what} is laid out as {layout}, not as ciphertexts of its LWE "
+                        f"dimension {dimension} ({_key_layout(ciphertext)}); refusing to make keys"
+                    )
+
+
+def _layout(gate: dict[str, Any], ciphertext: dict[str, Any]) -> list[int] | str:
+    """The words a gate's values hold: its raw and concrete shapes, when they agree on 64-bit
+    unsigned words (else a description of the disagreement)."""
+    raw = gate["rawInfo"]
+    shape = list(ciphertext["concreteShape"]["dimensions"])
+    if raw["shape"]["dimensions"] != shape:
+        return f"{raw['shape']['dimensions']} raw and {shape} concrete words"
+    if (raw["integerPrecision"], raw["isSigned"], ciphertext["integerPrecision"]) != (64, False, 64):
+        return "other than unsigned 64-bit words"
+    return shape
+
+
+def _key_layout(ciphertext: dict[str, Any]) -> list[int]:
+    """The words an LWE ciphertext of the gate's dimension takes, per element of its abstract shape:
+    ``lweDimension + 1`` (mask and body), or 3 when seed-compressed (a 128-bit seed and the body);
+    concrete reads that many, whatever shape the gate states (module docstring)."""
+    words = 3 if ciphertext["compression"] == "seed" else ciphertext["encryption"]["lweDimension"] + 1
+    return [*ciphertext["abstractShape"]["dimensions"], words]
 
 
 def _dimension(dimensions: list[int], key_id: int) -> int:

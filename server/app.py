@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from petlab.addresses import is_loopback_host
 from petlab.crypto.chain.traces import load_public_key
+from petlab.crypto.knn.deployment import start_concrete_runtime
 from petlab.crypto.knn.families import default_config, family
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.dask_cluster import ClusterSpec, DaskCluster
@@ -359,6 +360,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
     """Every servicer and store of the server (models compiled or loaded from the cache unless
     given); no socket is opened."""
     check_options(options, models_given=bool(hosted))
+    start_concrete_runtime()  # before any evaluation thread: concrete's SIGPIPE handler is undone
     private_directory(options.data_dir, "to keep the server's data there")
     starts_cluster = options.cluster.enabled and hosted is None and bool(options.models)
     cluster = DaskCluster.start(options.cluster) if starts_cluster else None  # its size sets --partitions

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.deployment import KnnClient, start_concrete_runtime
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
@@ -22,6 +22,15 @@ from petlab.server.app import RunningServer, ServerOptions, start
 from petlab.server.knn.datasets import Dataset, load_bundled
 from petlab.server.knn.model_cache import load_or_compile
 from petlab.server.knn.service import HostedModel
+
+
+@pytest.fixture(scope="session", autouse=True)
+def concrete_runtime() -> None:
+    """concrete's runtime installs a SIGPIPE handler the first time it runs anything (a simulation
+    included), and the test process then died by SIGSEGV when a LocalCluster's TLS connection
+    closed under a write (``tests/test_split_knn.py`` on its own, found by the red team). Started
+    here, as the server and every Dask worker start it (``deployment.start_concrete_runtime``)."""
+    start_concrete_runtime()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ import hashlib
 import json
 import math
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -178,6 +180,43 @@ def _input_under_key_bits(bits: int):
     return tamper
 
 
+def _output_shaped_for(elements: int):
+    """The answer's gate says it holds ``elements`` words (raw and concrete shape alike) while its
+    key and LWE dimension stay genuine: concrete decrypts ``lweDimension + 1`` words from a value
+    of that many (red team, issue 25: the device dies by SIGABRT, or reads past its buffer)."""
+
+    def tamper(document: dict) -> None:
+        gate = document["circuits"][0]["outputs"][0]
+        gate["typeInfo"]["lweCiphertext"]["concreteShape"]["dimensions"] = [elements]
+        gate["rawInfo"]["shape"]["dimensions"] = [elements]
+
+    return tamper
+
+
+def _output_under_the_largest_key(document: dict) -> None:
+    """The answer's gate names the largest secret key with that key's dimension (so every field
+    the check read agrees) but keeps the genuine answer's shape: fewer words than it decrypts."""
+    secrets = document["keyset"]["lweSecretKeys"]
+    largest = max(secrets, key=lambda key: key["params"]["lweDimension"])
+    encryption = document["circuits"][0]["outputs"][0]["typeInfo"]["lweCiphertext"]["encryption"]
+    encryption["keyId"] = largest["id"]
+    encryption["lweDimension"] = largest["params"]["lweDimension"]
+
+
+def _two_functions_named_finish(document: dict) -> None:
+    """A split model's specs (entry stage, answer stage) with a second function named like the
+    answer stage, whose output is laid out otherwise: the client's result check and concrete's
+    decryption would each pick one of the two."""
+    whole = document["circuits"][0]
+    decoy = copy.deepcopy(whole)
+    decoy["outputs"] = copy.deepcopy(whole["inputs"])
+    document["circuits"] = [
+        {**copy.deepcopy(whole), "name": "partition_0"},
+        {**copy.deepcopy(whole), "name": "finish"},
+        {**decoy, "name": "finish"},
+    ]
+
+
 def _clear_input(document: dict) -> None:
     gate = document["circuits"][0]["inputs"][0]
     shape = gate["typeInfo"]["lweCiphertext"]["abstractShape"]
@@ -222,6 +261,12 @@ TAMPERINGS = {
         "output 0 of knn is encrypted with LWE dimension 4096",
     ),
     "output under an unknown key": (_set(f"{OUTPUT_ENCRYPTION}.keyId", 7), "under secret key 7"),
+    "output shaped unlike its key": (_output_shaped_for(17), "output 0 of knn is laid out as [17]"),
+    "output under the largest key, shaped for its own": (
+        _output_under_the_largest_key,
+        "output 0 of knn is laid out as",
+    ),
+    "two functions of one name": (_two_functions_named_finish, "name two functions 'finish'"),
     "clear input": (_clear_input, "cannot be read"),
     "added packing key-switching key": (
         _add_packing_key(1e-40),
@@ -297,3 +342,41 @@ def test_client_refuses_tampered_specs_of_each_kind(serve, hosted, specs, tmp_pa
     err = capsys.readouterr().err.strip()
     assert status == 2 and words in err and len(err.splitlines()) == 1, err
     assert not list(cache.rglob("keys.bin"))
+
+
+DECRYPT_AS_THE_GATE_SAYS = """
+import json, sys
+from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.wire_format import SCHEMA
+specs = open(sys.argv[1], "rb").read()
+gate = json.loads(specs)["circuits"][0]["outputs"][0]
+client = KnnClient(specs)  # the parameter check bypassed on purpose
+client.generate_keys(secret_seed=5, encryption_seed=5)
+words = 1
+for size in gate["rawInfo"]["shape"]["dimensions"]:
+    words *= size
+answer = SCHEMA.Value.new_message(
+    payload={"data": [bytes(8 * words)]}, rawInfo=gate["rawInfo"], typeInfo=gate["typeInfo"]
+).to_bytes()
+print("decrypted", client.decrypt_class(bytes(answer)))
+"""
+
+
+MISSHAPEN_ANSWERS = ["output shaped unlike its key", "output under the largest key, shaped for its own"]
+
+
+@pytest.mark.parametrize("name", MISSHAPEN_ANSWERS)
+def test_an_answer_laid_out_unlike_its_key_kills_the_device(specs, tmp_path, name):
+    """Why the layout is checked: under such specs, a hostile server's answer made to fit the gate
+    exactly passes the device's result check (``wire_format``), and concrete's decryption, which
+    reads ``lweDimension + 1`` words whatever the gate says, reads past the answer's buffer: the
+    process holding the secret key dies (SIGABRT in concrete 2.11)."""
+    tamper, _ = TAMPERINGS[name]
+    hostile = copy.deepcopy(specs)
+    tamper(hostile)
+    path = tmp_path / "specs.json"
+    path.write_bytes(encoded(hostile))
+    run = subprocess.run(
+        [sys.executable, "-c", DECRYPT_AS_THE_GATE_SAYS, str(path)], capture_output=True, timeout=300
+    )
+    assert run.returncode < 0 and b"decrypted" not in run.stdout, (run.returncode, run.stderr[-500:])

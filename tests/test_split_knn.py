@@ -7,6 +7,9 @@ partitions run on both workers."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -416,3 +419,230 @@ def test_the_cost_model_recovers_a_known_latency_law():
     assert critical_path_pbs(per_stage, program.graph) == path
     critical, whole = predicted_pbs("thermo", "digits", 64, 100_000, 16)
     assert 12 < whole / critical < 16  # one pass: nothing computed twice
+
+
+# ------------------------------------------------------------------ hostile callers of a split model
+
+
+@pytest.fixture(scope="module")
+def split_hosting(tmp_path_factory):
+    """Iris, n = 12, the default family split over 2 partitions as a server hosts it, and clients
+    (fixed seeds) of it and of the same model split over 3 partitions."""
+    from petlab.crypto.knn.deployment import KnnClient
+    from petlab.server.knn.model_cache import load_or_compile
+    from petlab.server.knn.service import HostedModel
+
+    cache = tmp_path_factory.mktemp("split-hosting")
+    train, _ = load_bundled("iris").split()
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
+    made = {}
+    for parts in (2, 3):
+        compiled = load_or_compile(model, THERMO, cache, parts=parts)
+        hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
+        client = KnnClient(hosted.specs)
+        client.generate_keys(secret_seed=25, encryption_seed=25)
+        made[parts] = hosted, client
+    return made
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["in process", "on the cluster"])
+def test_hostile_calls_to_a_split_model_are_refused_and_genuine_ones_answered(
+    serve, split_hosting, keyed_model, recut, tmp_path, request, where
+):
+    """Where issues 23 and 25 meet: a split model (``--partitions 2`` in process, and on a
+    LocalCluster of 2 workers) served to hostile callers. Key sets of another partition count
+    (whole, P = 3) and of another data set, as sent and cut or padded to the model's size; warm-up
+    queries and queries re-cut, of another model, of garbage, too large, or laid out as a stage's
+    intermediate value; a batch holding one re-cut query: each INVALID_ARGUMENT, nothing stored.
+    Malformed thermometer codes, non-binary values included (concrete's own client encrypts any
+    value of the input's width), are evaluated without harm. Then genuine queries, single and in a
+    batch, are answered equal to the clear reference, and the server keeps serving."""
+    import grpc
+
+    from petlab.client.knn_client import make_channel
+    from petlab.crypto.knn.wire_format import SCHEMA
+    from petlab.dask_cluster import ClusterSpec
+    from petlab.protos import knn_pb2, knn_pb2_grpc
+
+    hosted, own = split_hosting[2]
+    options = {}
+    if where == "on the cluster":
+        address = request.getfixturevalue("local_cluster").client.scheduler.address
+        options["cluster"] = ClusterSpec(address=address)
+    genuine_keys = own.evaluation_keys_bytes()
+    zeros = own.encrypt(thermometer(np.zeros(4, dtype=np.int64), 4))
+    foreign = {
+        "whole circuit": keyed_model("iris", KnnSettings(n=12))[1],
+        "3 partitions": split_hosting[3][1],
+        "another data set": keyed_model("wine", KnnSettings(n=6))[1],
+    }
+    specs = json.loads(hosted.specs)
+    stage_output = next(c for c in specs["circuits"] if c["name"] == "partition_0")["outputs"][0]
+    words = int(np.prod(stage_output["rawInfo"]["shape"]["dimensions"]))
+    intermediate = SCHEMA.Value.new_message(
+        payload={"data": [bytes(8 * words)]},
+        rawInfo=stage_output["rawInfo"],
+        typeInfo=stage_output["typeInfo"],
+    ).to_bytes()
+
+    def upload(keys: bytes, warmup: bytes):
+        digest = hashlib.sha256(keys).hexdigest()
+        first = knn_pb2.KeyChunk(
+            model="iris", total_size=len(keys), sha256=digest, data=keys[: 1 << 20], warmup_query=warmup
+        )
+        return iter(
+            [
+                first,
+                *(knn_pb2.KeyChunk(data=keys[o : o + (1 << 20)]) for o in range(1 << 20, len(keys), 1 << 20)),
+            ]
+        )
+
+    def refused(call, request) -> str:
+        with pytest.raises(grpc.RpcError) as failure:
+            call(request, timeout=300)
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT, failure.value.details()
+        return failure.value.details()
+
+    with (
+        serve(tmp_path / "data", {"iris": hosted}, **options) as running,
+        make_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        stub = knn_pb2_grpc.KnnServiceStub(channel)
+        for client in foreign.values():
+            keys = client.evaluation_keys_bytes()
+            refused(stub.RegisterKeys, upload(keys, zeros))
+            resized = keys[: len(genuine_keys)] + bytes(max(len(genuine_keys) - len(keys), 0))
+            refused(stub.RegisterKeys, upload(resized, zeros))
+        wine_query = foreign["another data set"].encrypt(thermometer(np.zeros(13, dtype=np.int64), 4))
+        hostile = [recut(zeros), wine_query, bytes(5000), intermediate]
+        for warmup in hostile:
+            assert "warm-up query does not fit" in refused(stub.RegisterKeys, upload(genuine_keys, warmup))
+        assert not list((tmp_path / "data" / "keys").glob("*.bin"))
+        key_id = stub.RegisterKeys(upload(genuine_keys, zeros), timeout=300).key_id
+
+        def query(ciphertext: bytes) -> knn_pb2.ClassifyRequest:
+            return knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=ciphertext)
+
+        for ciphertext in [*hostile, bytes((1 << 20) + 1)]:
+            refused(stub.Classify, query(ciphertext))
+        batch = knn_pb2.ClassifyBatchRequest(
+            model="iris", key_id=key_id, encrypted_queries=[zeros, recut(zeros)]
+        )
+        refused(stub.ClassifyBatch, batch)
+
+        width = specs["circuits"][0]["inputs"][0]["typeInfo"]["lweCiphertext"]["encoding"]["integer"]["width"]
+        answer_width = json.loads(hosted.specs)["circuits"][-1]["outputs"][0]["typeInfo"]["lweCiphertext"]
+        for code in (np.full(60, (1 << width) - 1), np.eye(60, dtype=np.int64)[7]):
+            answer = stub.Classify(query(own.encrypt(code)), timeout=300).encrypted_class
+            assert 0 <= own.decrypt_class(answer) < 1 << answer_width["encoding"]["integer"]["width"]
+
+        model = hosted.model
+        rows = model.quantizer.transform(load_bundled("iris").split()[1].features)
+        expected = whole_reference(model.plan, rows)
+        chosen = [int(np.flatnonzero(expected == c)[0]) for c in np.unique(expected)]
+        answers = [
+            own.decrypt_class(
+                stub.Classify(query(own.encrypt(thermometer(rows[i], 4))), timeout=300).encrypted_class
+            )
+            for i in chosen
+        ]
+        batch = knn_pb2.ClassifyBatchRequest(
+            model="iris",
+            key_id=key_id,
+            encrypted_queries=[own.encrypt(thermometer(rows[i], 4)) for i in chosen],
+        )
+        answers += [own.decrypt_class(a) for a in stub.ClassifyBatch(batch, timeout=300).encrypted_classes]
+        assert answers == 2 * expected[chosen].tolist() and len(chosen) >= 2
+        assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=30).models
+
+
+# ------------------------------------------------------------------ concrete's runtime and SIGPIPE
+
+
+def _write_to_a_closed_socket() -> str:
+    """What a write to a peer that has gone does in this process: Python ignores SIGPIPE, so it
+    is a ``BrokenPipeError``, unless a signal handler of concrete's runtime kills the process."""
+    import socket
+
+    mine, theirs = socket.socketpair()
+    theirs.close()
+    try:
+        mine.send(b"x")
+    except BrokenPipeError:
+        return "EPIPE"
+    finally:
+        mine.close()
+    return "sent"
+
+
+AFTER_AN_EVALUATION = """
+import sys
+from pathlib import Path
+import numpy as np
+from petlab.crypto.knn.deployment import KnnClient
+from petlab.crypto.knn.families import default_config
+from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo.encoding import thermometer
+from petlab.server.app import ServerOptions, start
+from petlab.server.knn.datasets import load_bundled
+from petlab.server.knn.evaluators import Evaluation
+from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.service import HostedModel
+from tests.test_split_knn import _write_to_a_closed_socket
+
+scratch = Path(sys.argv[1])
+train, _ = load_bundled("iris").split()
+model = build_model("iris", train.features, train.labels, KnnSettings(n=6), train.class_names)
+compiled = load_or_compile(model, default_config("thermo"), scratch / "cache", parts=2)
+hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
+running = start(ServerOptions(data_dir=scratch / "data", models=[], port=0), {"iris": hosted})
+client = KnnClient(hosted.specs)
+client.generate_keys(secret_seed=3, encryption_seed=3)
+(scratch / "keys").write_bytes(client.evaluation_keys_bytes())
+query = client.encrypt(thermometer(np.zeros(4, dtype=np.int64), 4))
+running.services.evaluator.classify(Evaluation("iris", "key", scratch / "keys", [query]))
+print(_write_to_a_closed_socket(), flush=True)
+running.stop(grace=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_broken_pipe_after_an_in_process_evaluation_is_an_error_not_a_crash(tmp_path):
+    """concrete's runtime (HPX) installs its own SIGPIPE handler the first time it runs a circuit,
+    replacing Python's SIG_IGN: from then on a write to a peer that has gone (a log pipe, a Dask
+    TLS connection) kills the process by SIGSEGV instead of raising ``BrokenPipeError`` (found by
+    the red team: the test process died as a LocalCluster connection closed after an in-process
+    split evaluation). The server starts the runtime itself, then ignores SIGPIPE again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", AFTER_AN_EVALUATION, str(tmp_path)],
+        capture_output=True,
+        timeout=600,
+        cwd=root,
+    )
+    assert run.returncode == 0 and run.stdout.split() == [b"EPIPE"], (run.returncode, run.stderr[-800:])
+
+
+@pytest.mark.slow
+def test_a_broken_pipe_after_a_split_evaluation_does_not_kill_a_worker(
+    split_hosting, local_cluster, tmp_path
+):
+    """The same on the workers, which run concrete: after one query's stages ran on both workers of
+    a LocalCluster, a write to a closed socket on each worker is a ``BrokenPipeError`` there, not
+    a dead worker (its peers' connections, which carry the stages' intermediate values, close
+    whenever a worker goes)."""
+    from petlab.server.knn.cluster_evaluation import ClusterEvaluator
+    from petlab.server.knn.evaluators import Evaluation
+
+    hosted, client = split_hosting[2]
+    evaluator = ClusterEvaluator(local_cluster, {"iris": hosted.server}, {"iris": hosted.graph})
+    (tmp_path / "keys").write_bytes(client.evaluation_keys_bytes())
+    query = client.encrypt(thermometer(np.zeros(4, dtype=np.int64), 4))
+    evaluator.classify(Evaluation("iris", "key", tmp_path / "keys", [query], timeout=300))
+    workers = local_cluster.client.run(_write_to_a_closed_socket)
+    assert list(workers.values()) == ["EPIPE"] * 2, workers

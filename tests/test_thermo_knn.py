@@ -328,8 +328,9 @@ def test_malformed_code_range_is_the_documented_bound():
 def test_no_code_cancels_a_feature_but_malformed_codes_shape_it_more_freely(name):
     """The documented bound (README, Malformed encodings), by enumeration of every 0/1 code of one
     feature under the owner's table: no code, valid or not, gives a cost that is the same for
-    every training level (so no code isolates the other features), while malformed codes reach
-    2^(L-1) distinct per-feature cost profiles instead of the L of valid ones."""
+    every training level (so no code isolates the other features), not even one of non-binary
+    values wrapping modulo a power of two; while malformed 0/1 codes reach 2^(L-1) distinct
+    per-feature cost profiles instead of the L of valid ones."""
     settings = owner_settings(name)
     spec = spec_for(1, settings.bits, settings.distance)
     table = spec.table()
@@ -340,6 +341,18 @@ def test_no_code_cancels_a_feature_but_malformed_codes_shape_it_more_freely(name
     valid = is_thermometer(codes, 1, settings.bits)
     assert len({tuple(row) for row in costs[valid]}) == top + 1
     assert len({tuple(row) for row in costs}) == 2**top
+
+    # Non-binary codes: concrete's own client encrypts any value of the input's width (0..31 at
+    # Iris), and TFHE's plaintext wraps modulo a power of two. A code whose cost were constant
+    # over the levels (over the integers, or modulo 2^p) would be constant modulo 2 or 4 too, with
+    # every value reduced into [0, m): so no such code exists when none of those m^top does.
+    for m in (2, 4):
+        small = np.array(list(np.ndindex(*(m,) * top)))
+        reduced = (table[0][None, :] + small @ (table[1:] - table[:-1])) % m
+        if not (reduced.max(axis=1) == reduced.min(axis=1)).any():
+            break
+    else:
+        raise AssertionError("a code of values in [0, 4) has a constant cost modulo 4")
 
 
 def test_malformed_codes_compute_the_reference_on_pseudo_distances(iris_thermo, simulate_all):

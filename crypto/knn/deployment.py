@@ -16,15 +16,38 @@ step on the server, and the client sees one ciphertext in and one out, as for a 
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
 from concrete import fhe
+from concrete.compiler import init_dfr
 
 from petlab.crypto.knn.split.program import ANSWER_STAGE, ENTRY_STAGE, Node, StageGraph, run_graph
 from petlab.crypto.knn.wire_format import WireFormat
 
+log = logging.getLogger(__name__)
+
 # ---------------------------------------------------------------- server side (data owner)
+
+
+def start_concrete_runtime() -> None:
+    """Start concrete's runtime now, from the main thread, and ignore SIGPIPE again.
+
+    concrete-python 2.11's runtime (HPX) installs its own SIGPIPE handler when it starts (``init_dfr``,
+    or else inside the first ``server.run``), replacing Python's SIG_IGN; from then on a write to
+    a peer that has gone (a Dask TLS connection between workers, a log pipe) kills the process by
+    SIGSEGV instead of raising ``BrokenPipeError`` (found by the red team: a LocalCluster connection
+    closing killed the process that had evaluated in process). Python can set a disposition only
+    from the main thread, and later runs do not install the handler again, so every process that
+    evaluates calls this first: the server at start, each Dask worker as it joins."""
+    if threading.current_thread() is not threading.main_thread():
+        log.warning("concrete's runtime not started from the main thread: SIGPIPE stays its own")
+        return
+    init_dfr()
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
 def save_server(circuit: fhe.Circuit | fhe.Module, path: Path) -> None:
@@ -112,12 +135,16 @@ class KnnClient:
     def __init__(self, specs: bytes):
         try:
             self._client = fhe.Client(fhe.ClientSpecs.deserialize(bytes(specs)))
-            self._wire = WireFormat.from_specs(bytes(specs))
-            functions = list(self._client.specs.program_info.function_list())
+            program = self._client.specs.program_info
+            # the result check reads the specs as concrete does (not as another JSON parser would)
+            self._wire = WireFormat.from_specs(bytes(program.serialize()))
+            functions = list(program.function_list())
         except Exception as exc:
             raise ValueError(f"client specs do not deserialize: {exc}") from exc
         # a whole circuit has one function; a split model encrypts for its entry stage and
         # answers from its last (crypto.knn.split.program)
+        if len(set(functions)) != len(functions):  # concrete decrypts with the first of a name
+            raise ValueError(f"client specs name functions {functions}, some twice")
         if len(functions) == 1:
             self._entry = self._answer = functions[0]
         elif ENTRY_STAGE in functions and ANSWER_STAGE in functions:

@@ -55,7 +55,13 @@ from typing import Any
 
 from concrete import fhe
 
-from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted, run_stage
+from petlab.crypto.knn.deployment import (
+    parse_ciphertext,
+    parse_evaluation_keys,
+    run_encrypted,
+    run_stage,
+    start_concrete_runtime,
+)
 from petlab.crypto.knn.split.program import QUERY, StageGraph
 from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.server.knn.evaluators import (
@@ -150,6 +156,22 @@ def run_stage_on_worker(
     return True, result
 
 
+def concrete_runtime_plugin() -> Any:
+    """A Dask worker plugin that starts concrete's runtime as each worker joins, from the worker's
+    main thread (``deployment.start_concrete_runtime``): without it, a worker that has evaluated
+    dies by SIGSEGV when a peer's connection closes under a write (the split path moves stages'
+    values worker to worker). Built here so that importing this module does not import Dask."""
+    from distributed import WorkerPlugin
+
+    class ConcreteRuntime(WorkerPlugin):
+        name = "petlab-concrete-runtime"
+
+        def setup(self, worker: Any) -> None:
+            start_concrete_runtime()
+
+    return ConcreteRuntime()
+
+
 def worker_cache_info() -> dict[str, int]:
     """This worker's loads and evaluations so far (``client.run(worker_cache_info)``)."""
     with _worker_lock:
@@ -201,6 +223,7 @@ class ClusterEvaluator:
         self.key_scatters = 0  # key sets sent to the cluster (once per key, unless lost with a worker)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._client.register_plugin(concrete_runtime_plugin())  # every worker, now and later
         if self.refresh_workers():  # else at the first query (a scatter would wait for workers)
             for name in self._artifacts:
                 self._model_future(name)
