@@ -29,6 +29,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 import jsonschema
@@ -48,6 +49,7 @@ from petlab.crypto.chain.traces import (
     seal,
     verify_seal,
 )
+from petlab.exit_status import run_program
 from petlab.owner_only import write_owner_only
 from petlab.protos import controller_pb2, controller_pb2_grpc
 
@@ -290,5 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def program() -> NoReturn:
+    """The console script: :func:`main`, its exit status kept after concrete's runtime has run
+    (``petlab.exit_status``)."""
+    run_program(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 import numpy as np
@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from petlab.client.channel import make_channel
 from petlab.client.files import default_cache_dir
+from petlab.exit_status import run_program
 from petlab.owner_only import UnsafeDirectory
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.subcommands import quiet_dependency_warnings
@@ -210,5 +211,11 @@ def run(args, channel) -> int:
     return 0
 
 
+def program() -> NoReturn:
+    """The console script: :func:`main`, its exit status kept after concrete's runtime has run
+    (``petlab.exit_status``)."""
+    run_program(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import NoReturn
 
+from petlab.exit_status import run_program
 from petlab.subcommands import Subcommand, run
 
 EXPERIMENTS = (
@@ -80,5 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     return run("petlab-experiments", "The demos, the benchmarks and the whole harness.", EXPERIMENTS, argv)
 
 
+def program() -> NoReturn:
+    """The console script: :func:`main`, its exit status kept after concrete's runtime has run
+    (``petlab.exit_status``)."""
+    run_program(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

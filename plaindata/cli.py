@@ -16,7 +16,9 @@ Each subcommand is a row of :data:`COMMANDS` (``petlab.subcommands``), its modul
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
+from petlab.exit_status import run_program
 from petlab.subcommands import Subcommand, run
 
 COMMANDS = (
@@ -50,5 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def program() -> NoReturn:
+    """The console script: :func:`main`, its exit status kept after concrete's runtime has run
+    (``petlab.exit_status``)."""
+    run_program(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

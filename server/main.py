@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from petlab.exit_status import run_program
 from petlab.subcommands import Subcommand, build_parser, quiet_dependency_warnings, run
 
 if TYPE_CHECKING:
@@ -56,5 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     return run("petlab-server", DESCRIPTION, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
+def program() -> NoReturn:
+    """The console script: :func:`main`, its exit status kept after concrete's runtime has run
+    (``petlab.exit_status``)."""
+    run_program(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

@@ -42,3 +42,38 @@ def test_every_subcommand_row_names_a_module_with_arguments_and_run(prog, table)
     for row in table:
         args = build_parser(prog, None, table, [row.name]).parse_args([row.name])
         assert args.subcommand is row and callable(importlib.import_module(row.module).run)
+
+
+RUNS_A_CIRCUIT = """
+import sys
+from concrete import fhe
+
+@fhe.compiler({"x": "encrypted"})
+def plus_one(x):
+    return x + 1
+
+assert plus_one.compile(range(4)).encrypt_run_decrypt(2) == 3
+"""
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_failure_after_a_circuit_ran_exits_non_zero(tmp_path, kept):
+    """concrete's runtime turns every exit status into 0 once a circuit has run: a program that
+    failed told its caller it succeeded, and a pytest session with failed tests passed ``make
+    test``. Both shown without and with ``petlab.exit_status``."""
+    ending = "from petlab.exit_status import exit_with; exit_with(3)" if kept else "sys.exit(3)"
+    done = _run("-c", RUNS_A_CIRCUIT + ending)
+    assert done.returncode == (3 if kept else 0), done.stderr
+
+    failing = tmp_path / "test_fails_after_a_circuit.py"
+    failing.write_text(
+        RUNS_A_CIRCUIT.replace("assert plus_one", "def test_fails():\n    assert plus_one").replace(
+            "== 3", "== 4"
+        )
+    )
+    plugin = ["-p", "petlab.pytest_exit_status"] if kept else []
+    done = _run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, "--rootdir", str(tmp_path), str(failing)
+    )
+    assert "1 failed" in done.stdout, done.stdout[-2000:]
+    assert done.returncode == (1 if kept else 0)
