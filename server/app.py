@@ -68,6 +68,9 @@ PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
 
 
+HEALTH_FLIP_SECONDS = 2.0  # longest the stop waits for health watchers to hear NOT_SERVING
+
+
 @dataclass
 class ServerOptions:
     data_dir: Path
@@ -189,8 +192,18 @@ class RunningServer:
         return evaluator if isinstance(evaluator, ClusterEvaluator) else None
 
     def stop(self, grace: float = 10.0) -> None:
-        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release."""
-        self.health.enter_graceful_shutdown()
+        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release.
+
+        grpc's health servicer sends the new status to every ``Watch`` stream from the calling
+        thread, holding its lock, and a send waits for the stream's previous one: a watcher that
+        stopped reading held the stop for ever (seen in ``tests/test_load.py``). The flip runs in
+        its own thread for at most :data:`HEALTH_FLIP_SECONDS`; ``server.stop`` then cancels every
+        call, the stuck watcher's included."""
+        flip = threading.Thread(
+            target=self.health.enter_graceful_shutdown, name="petlab-health-shutdown", daemon=True
+        )
+        flip.start()
+        flip.join(timeout=min(grace, HEALTH_FLIP_SECONDS))
         self.server.stop(grace).wait()
         self._expiry_stop.set()
         if self.streams is not None:
