@@ -66,11 +66,11 @@ def encrypted_answers(circuit, queries: np.ndarray, directory) -> list[int]:
 )
 def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model, iris_test_levels, tmp_path):
     """The paper's setting, n = 40: a held-out query encrypted for real (about a minute on 2 cores,
-    plus 17 s of key generation). Opt-in (``PETLAB_PAPER_SCALE=1``) to keep ``make test`` within
-    its 10 minutes on 2 cores; ``make test`` still runs the paper circuit for real at n = 10 (below),
-    simulates it at n = 40 (above) and runs the fast circuit for real at n = 40
-    (``tests/test_fast_knn.py``), and ``petlab-experiments knn-bench --algorithm paper --n 40``
-    checks every encrypted answer against the clear one."""
+    plus 17 s of key generation). Opt-in (``PETLAB_PAPER_SCALE=1``, which also runs n = 10 below)
+    to keep ``make test`` within its 10 minutes on 2 cores; ``make test`` simulates the paper
+    circuit at n = 40 (above) and small n, runs the thermo and fast circuits for real
+    (``tests/test_thermo_knn.py``, ``tests/test_fast_knn.py``), and ``petlab-experiments knn-bench
+    --algorithm paper --n 40`` checks every encrypted answer against the clear one."""
     queries = iris_test_levels[5:6]
     assert encrypted_answers(iris_circuit, queries, tmp_path) == classify(iris_model.plan, queries).tolist()
 
