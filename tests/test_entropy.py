@@ -83,5 +83,6 @@ def per_query_epsilon_advanced(total: float, count: int, delta_prime: float) -> 
     low, high = 0.0, total
     for _ in range(100):
         middle = (low + high) / 2
-        low, high = (middle, high) if advanced_composition(middle, count, delta_prime).epsilon <= total else (low, middle)
+        within = advanced_composition(middle, count, delta_prime).epsilon <= total
+        low, high = (middle, high) if within else (low, middle)
     return low

@@ -1,7 +1,7 @@
 """The accountant (dp_accounting's PLD, :mod:`petlab.plaindata.dp.composition`) against the exact
 optimal composition of Kairouz, Oh and Viswanath (ICML 2015, Theorem 3.3), written out here: K
 runs of an (eps, delta)-DP mechanism are (eps', 1 - (1 - delta)^K (1 - d(eps')))-DP and no better,
-with d(eps') = sum_l C(K, l) max(0, e^{(K - l) eps} - e^{eps'} e^{l eps}) / (1 + e^eps)^K."""
+with d(eps') = sum_j C(K, j) max(0, e^{(K - j) eps} - e^{eps'} e^{j eps}) / (1 + e^eps)^K."""
 
 import math
 
@@ -14,9 +14,9 @@ from petlab.plaindata.dp.composition import compose, optimal_composition, sequen
 def kov_delta(epsilon: float, count: int, delta: float, epsilon_total: float) -> float:
     log_norm = count * math.log1p(math.exp(epsilon))
     d = sum(
-        math.exp(math.log(math.comb(count, l)) - log_norm)
-        * max(0.0, math.exp((count - l) * epsilon) - math.exp(epsilon_total + l * epsilon))
-        for l in range(count + 1)
+        math.exp(math.log(math.comb(count, j)) - log_norm)
+        * max(0.0, math.exp((count - j) * epsilon) - math.exp(epsilon_total + j * epsilon))
+        for j in range(count + 1)
     )
     return 1 - (1 - delta) ** count * (1 - d)
 

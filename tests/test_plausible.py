@@ -126,7 +126,8 @@ def test_synthetics_keep_pairwise_statistics_better_than_marginals(acs):
 
 def test_privacy_report_and_theorem_1(acs):
     config, fitted = fitted_model(acs, k=50, eps0=1.0)
-    assert fitted.model_budget.epsilon == pytest.approx(1.0, rel=1e-3) and fitted.model_budget.delta <= 2.0**-30
+    model = fitted.model_budget
+    assert model.epsilon == pytest.approx(1.0, rel=1e-3) and model.delta <= 2.0**-30
     # default t: the largest t with exp(-(k - t)) <= 2^-30, i.e. k - t >= 30 ln 2 = 20.8: t = 29
     assert default_t(50, 1.0, 2.0**-30) == 29
     per_record = one_record_cost(config)
@@ -134,7 +135,8 @@ def test_privacy_report_and_theorem_1(acs):
     assert per_record.delta == pytest.approx(math.exp(-21))
     text = "\n".join(report_lines(fitted, config))
     assert "(epsilon = 1.1292, delta = 7.58e-10)-DP (Theorem 1" in text and "t = 29" in text
-    assert "(50, 4)-plausible deniability (Definition 1" in text and "NOT a guarantee for the data set" in text
+    assert "(50, 4)-plausible deniability (Definition 1" in text
+    assert "NOT a guarantee for the data set" in text
     assert "runs" not in text  # no figure composed over runs or records
     config1, fitted1 = fitted_model(acs, eps0=None, model_epsilon=None)
     text = "\n".join(report_lines(fitted1, config1))

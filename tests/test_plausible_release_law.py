@@ -45,7 +45,9 @@ from petlab.plaindata.plausible.synthesis import (
 )
 
 K, EPS0, T = 4, 2.0, 2  # Theorem 1: eps1 = 2 + ln 3, delta1 = e^-4
-FIGURE = re.compile(r"^\s*(?P<what>.*): \(epsilon = (?P<eps>[0-9.e+-]+)(?:, delta = (?P<delta>[0-9.e+-]+))?\)-DP")
+FIGURE = re.compile(
+    r"^\s*(?P<what>.*): \(epsilon = (?P<eps>[0-9.e+-]+)(?:, delta = (?P<delta>[0-9.e+-]+))?\)-DP"
+)
 
 
 def release_law(seeds: np.ndarray, count: int, limit: int, k: int = K, eps0: float = EPS0) -> dict:

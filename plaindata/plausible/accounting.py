@@ -21,7 +21,8 @@ one common value q(y) for every seed d that agrees with y on the kept attributes
 picks the kept values kappa with probability c_kappa / n (c_kappa seeds carry them), passes with
 pi(c_kappa) = P(Lap(1 / eps0) <= c_kappa - k), and resamples the rest from the model:
 
-  P_D(record with kept values kappa) = (c_kappa / n) pi(c_kappa),  P_D(nothing) = 1 - sum_kappa (c_kappa / n) pi(c_kappa).
+  P_D(a record with kept values kappa) = (c_kappa / n) pi(c_kappa),
+  P_D(nothing) = 1 - sum_kappa (c_kappa / n) pi(c_kappa).
 
 Take D = n copies of one record and D' = D + one record that shares no kept value (the issue's
 counterexample). With n >= k, P_D(nothing) = 1 - pi(n) = e^{-eps0 (n - k)} / 2, and
@@ -86,8 +87,7 @@ def criterion_line(config: PlausibleConfig) -> str:
         else f"Privacy Test 2: at least k + Lap(1/{config.eps0:g}) plausible seeds"
     )
     return (
-        f"each released record: ({config.k}, {config.gamma:g})-plausible deniability "
-        f"(Definition 1, {test})"
+        f"each released record: ({config.k}, {config.gamma:g})-plausible deniability (Definition 1, {test})"
     )
 
 
