@@ -156,12 +156,12 @@ def repeated(cost: PrivacyCost, count: int, delta_prime: float, what: str) -> Pr
     return PrivacyCost(total.epsilon, total.delta, what, rule, parts=(cost,))
 
 
-def report_lines(costs: Sequence[PrivacyCost]) -> list[str]:
+def report_lines(costs: Sequence[PrivacyCost], what: str = "total") -> list[str]:
     """One cost as it stands, or several and their sequential composition (pure DP parts: the
-    sum is then the optimal composition at delta 0)."""
+    sum is then the optimal composition at delta 0), under the name ``what``."""
     if len(costs) == 1:
-        return costs[0].lines()
-    return sequential(costs).lines()
+        return costs[0].named(what if what != "total" else costs[0].what).lines()
+    return sequential(costs, what).lines()
 
 
 def per_query_epsilon(total_epsilon: float, count: int, delta_prime: float) -> float:
