@@ -63,7 +63,9 @@ def optimal_epsilon(mechanisms: tuple[tuple[float, float, int], ...], delta_tota
     delta_total is below the mass the deltas alone put at infinite loss."""
     if not 0 < delta_total <= 1:
         raise ValueError("the target delta lies in (0, 1]")
-    interval = min(eps for eps, _, _ in mechanisms if eps > 0) / STEPS_PER_EPSILON
+    # a hair above eps / STEPS: the smallest loss then rounds up to exactly STEPS steps (not one
+    # more through float error, which made the figure jump by 1 / STEPS between nearby inputs)
+    interval = min(eps for eps, _, _ in mechanisms if eps > 0) / STEPS_PER_EPSILON * (1 + 1e-9)
     composed = None
     for eps, delta, count in mechanisms:
         if count < 1:
