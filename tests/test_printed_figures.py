@@ -67,7 +67,11 @@ def close(printed: float, value: float, slack: float = ROUND) -> bool:
 def check_composition(figure: Figure) -> bool:
     """The figure from its parts by the rule it names; False when it names none of them."""
     parts = figure.parts
-    if "sequential composition" in figure.rule:
+    if match := re.match(r"(\d+) x the part below, by sequential composition", figure.rule):
+        (part,) = parts
+        assert close(figure.epsilon, int(match[1]) * part.epsilon, ROUND * int(match[1])), figure
+        assert figure.delta == pytest.approx(int(match[1]) * part.delta, rel=1e-2), figure
+    elif "sequential composition" in figure.rule:
         assert close(figure.epsilon, sum(p.epsilon for p in parts), ROUND * (len(parts) + 1)), figure
         assert figure.delta == pytest.approx(sum(p.delta for p in parts), rel=1e-2), figure
     elif "parallel composition" in figure.rule:
