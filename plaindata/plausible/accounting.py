@@ -37,11 +37,11 @@ records pass, and otherwise fails (nothing written, exit status 1). What an obse
 ``count`` records or FAILED.
 
 * With the failure visible: FAILED has probability P(Binomial(L, p_D) < count), p_D = 1 -
-  P_D(nothing). For ``count`` = L = 1 it is P_D(nothing) itself (divergence 0.0163 above, or
-  6.6e-3 on the issue's figures); for any L and count it moves with p_D, which one record changes
-  by about 1 / (n + 1). Composing Theorem 1 over the L runs (printed before issue 31) assumed
-  each run DP for "nothing" too: false by 2. Composing over the released records (the paper's
-  Discussion) ignores the failure and the waiting: false too.
+  P_D(nothing). For ``count`` = L = 1 it is P_D(nothing) itself (divergence 0.0163 above); for
+  any L and count it moves with p_D, which one record changes by about 1 / (n + 1). Composing
+  Theorem 1 over the L runs (printed before issue 31) assumed each run DP for "nothing" too,
+  which 2. refutes, and the exact law breaks it when ``count`` = L. Composing over the released
+  records (the paper's Discussion) ignores the failure and the waiting: broken the same way.
 * Without a failure (draw until ``count`` records pass): the records are i.i.d. from the law
   conditioned on passing, Q_D(kappa) = c_kappa pi(c_kappa) / W_D, W_D = sum c_kappa pi(c_kappa).
   For D = {a} and D' = {a, b}, a and b differing on a kept attribute, Q_D(b's values) = 0 and
@@ -49,8 +49,9 @@ records pass, and otherwise fails (nothing written, exit status 1). What an obse
   pi(1) / W_D, a figure of the data (a data set whose records all have few look-alikes makes it
   large and the run endless), so no data-independent (eps, delta) is useful, and a statement
   computed from W_D would itself be a release.
-* A run that never outputs "nothing" (a fallback record when the test fails) moves the same
-  probability 1 / (n + 1) onto the fallback's support: the counterexample applies unchanged.
+* A run that never outputs "nothing" (a fallback record drawn from the model when the test
+  fails) moves probability about q / (n + 1) onto records D never outputs (q: the fallback's
+  probability of kept values no seed of D carries), so the counterexample still applies.
 
 So ``petlab-synth plausible`` prints what the paper proves (the per-record criterion and Theorem
 1's (eps, delta) for one released record, given the model), says that it is **not a guarantee for
