@@ -16,6 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from petlab.plaindata.onthemap.accounting import NEIGHBOURS, NOT_COVERED, PUBLIC
+
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
 PAPER_IRIS = {"HE": "0.97, 1.72 s (0.46 s parallel)", "clear": "0.95, 1.8 ms"}
 PAPER_BANDWIDTH_KB = {"iris": "28", "wine": "64", "breast_cancer": "128", "digits": "296 (MNIST)"}
@@ -196,6 +198,8 @@ def write_report(
             "",
             "Abowd, Gehrke and Vilhuber (2009) found the quality very sensitive to eps below 4, flat above,"
             " and no effect of p_min. ICDE 2008 reports eps' about 8.6 at eps 4.6, min f 0.0378.",
+            f"`eps_prime`: each release's (eps', delta)-probabilistic DP per destination ({NEIGHBOURS};"
+            f" {PUBLIC}); {NOT_COVERED}.",
             "",
             _markdown(onthemap),
             "",
@@ -212,7 +216,15 @@ def write_report(
     adaptive = results.get("adaptive")
     if adaptive is not None:
         deepest = adaptive[adaptive.depth == adaptive.depth.max()]
-        lines += ["## Adaptive histograms: earthmover approximation (Figure 5)", "", _markdown(deepest), ""]
+        lines += [
+            "## Adaptive histograms: earthmover approximation (Figure 5)",
+            "",
+            "`total_eps`: the release's (eps, 0)-DP (neighbours: one worker added or removed), from the"
+            " cost objects: 2 eps for the improved tree (Theorem 3) and eps for the leaf counts.",
+            "",
+            _markdown(deepest),
+            "",
+        ]
     plausible = results.get("plausible")
     if plausible is not None:
         shown = plausible.copy()

@@ -157,7 +157,7 @@ def test_structure_noise_scale_is_sensitivity_over_epsilon():
     n_low = count_lower_bound(float(count_out[0]), 0.2, 0.5e-8)
     per_query = per_query_epsilon(1.8, structure.queries, 0.5e-8)
     assert entropy_scale == pytest.approx(entropy_sensitivity(n_low) / per_query)
-    assert structure.budget.epsilon == pytest.approx(2.0) and structure.budget.delta <= 1e-8
+    assert 2.0 * (1 - 1e-3) < structure.budget.epsilon <= 2.0 and structure.budget.delta <= 1e-8
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 2.0])

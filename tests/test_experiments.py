@@ -1,6 +1,7 @@
 """The experiment harness on a tiny configuration: files, CSV columns, and wire bytes that equal the
 serialized sizes of the messages."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +15,7 @@ from petlab.experiments import run_all as run_all_module
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
 from petlab.experiments.wire import ByteCountingChannel
+from petlab.plaindata.onthemap.privacy import accept_reject_epsilon
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 
 TINY = replace(
@@ -126,7 +128,18 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     )
     summary = pd.read_csv(figures / "onthemap_figures.csv")
     assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean", "200mi-dropped", "100mi-dropped"]
-    assert (summary.mean_added_all > 0).all() and (summary.eps_prime <= 8.6).all()
+    assert (summary.mean_added_all > 0).all()
+    # issue 31: every eps' is the release's own (Theorem 5.2 with the configuration's min f and a
+    # whole number of ceil(alpha) ln 2), with its neighbours; the dropped variants are not private
+    dropped = summary.configuration.str.endswith("-dropped")
+    assert (summary.eps_prime[dropped] == "not private").all()
+    assert (summary.statement[dropped] == "not private").all()
+    for _, row in summary[~dropped].iterrows():
+        base = accept_reject_epsilon(4.6, 1e-5) + math.log(1 / row.min_keep)
+        ceil_alpha = (float(row.eps_prime) - base) / math.log(2)
+        assert round(ceil_alpha) >= 1 and abs(ceil_alpha - round(ceil_alpha)) < 1e-3
+        assert f"epsilon' = {float(row.eps_prime):.4f}".rstrip("0") in row.statement
+        assert "one worker's origin moved within its destination" in row.statement
     assert all((figures / f"figure_{n}.png").stat().st_size > 0 for n in (1, 2, 3, 4))
     counts = tmp_path / "counts.md"
     assert (
@@ -136,6 +149,9 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     for report in (figures / "onthemap_figures.md", counts):
         assert EVALUATION_NOTICE in report.read_text(), report
     table = pd.read_csv(counts.with_suffix(".csv"))
+    # the totals come from the cost objects: Theorem 3 (2 eps) + the leaf counts (eps); direct: eps
+    direct = table.method.str.startswith("direct")
+    assert (table.total_eps[~direct] == 3 * 0.5).all() and (table.total_eps[direct] == 0.5).all()
     centered = table[table.method.str.startswith("leaf counts centered")].iloc[0]
     clamped = table[table.method.str.contains("paper")].iloc[0]
     assert abs(centered.synthetic - centered.real) < abs(clamped.synthetic - clamped.real)

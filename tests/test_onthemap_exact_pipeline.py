@@ -188,3 +188,27 @@ def test_a_prior_below_the_chosen_one_breaks_delta(statement):
     pipeline = Pipeline(keep, WORKERS, alpha / 3, EPSILON)
     _, laws = pipeline.output_laws(len(keep))
     assert disclosure(pipeline.data, pipeline.index, laws, privacy.epsilon).max() > privacy.delta
+
+
+def test_the_statement_names_its_neighbours_and_adding_a_worker_is_not_covered(statement):
+    """Issue 31: the statement holds for one worker's origin moved within a destination (the test
+    above, exactly), with N(d) public, and says so; adding a worker is not covered, and must not
+    be: with N(d) = 4 no release writes 5 workers, with one worker more it does with a
+    probability above delta (the written total is N(d) unless a worker is drawn beyond)."""
+    alpha, privacy = statement
+    text = "\n".join(privacy.lines())
+    assert "neighbours: one worker's origin moved within its destination" in privacy.what
+    assert "public: every destination's number of workers N(d)" in privacy.what
+    assert "NOT covered: adding or removing a worker" in text
+    keep = [1.0, 1.0, 1.0, 0.5, 0.5, 0.5]
+    small, large = Pipeline(keep, WORKERS, alpha, EPSILON), Pipeline(keep, WORKERS + 1, alpha, EPSILON)
+    for row in ([4, 0, 0, 0, 0, 0, 0], [1, 1, 0, 1, 0, 0, 1]):
+        added = list(row)
+        added[0] += 1
+        written = []
+        for pipeline, data in ((small, row), (large, added)):
+            released, laws = pipeline.output_laws(len(keep))
+            law = laws[pipeline.index[tuple(data)]]
+            written.append(law[released.sum(axis=1) == WORKERS + 1].sum())
+        # E = {N(d) + 1 workers written}: impossible under D, likelier than delta under D + 1 worker
+        assert written[0] == 0 and written[1] > privacy.delta

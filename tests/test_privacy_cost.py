@@ -29,12 +29,10 @@ def test_composition_rules_by_hand():
     assert (total.epsilon, total.delta, total.parts) == (2.0, 1e-6, (a, b))
     assert parallel([a, b]).epsilon == 1.5 and parallel([a, b]).delta == 1e-6
     runs = repeated(PrivacyCost(0.01, 0.0, "one"), 100, 1e-6, "hundred")
-    assert runs.epsilon == pytest.approx(
-        math.sqrt(200 * math.log(1e6)) * 0.01 + 100 * 0.01 * math.expm1(0.01)
-    )
-    assert runs.delta == pytest.approx(1e-6) and "advanced" in runs.covered_by
+    assert runs.epsilon < math.sqrt(200 * math.log(1e6)) * 0.01 + 100 * 0.01 * math.expm1(0.01)
+    assert runs.delta == pytest.approx(1e-6) and "optimal" in runs.covered_by
     few = repeated(PrivacyCost(1.0, 1e-3, "one"), 3, 1e-6, "three")
-    assert (few.epsilon, few.delta) == (3.0, pytest.approx(3e-3)) and "sequential" in few.covered_by
+    assert few.epsilon <= 3.0 and few.delta == pytest.approx(3e-3, abs=2e-6)
     vacuous = repeated(PrivacyCost(1.0, 0.4, "one"), 3, 1e-6, "three")
     assert vacuous.delta == 1.0 and vacuous.vacuous and "says nothing" in vacuous.line()
     lines = report_lines([a, b])

@@ -6,8 +6,11 @@ counts of a whole level are drawn in one call:
 * :func:`basic_histogram` (Figure 1): a node whose count plus Lap(1/eps) reaches ``threshold`` is
   split into all its children (empty ones too: skipping them would reveal emptiness), down to
   ``max_depth`` levels. A record meets one noisy count per level, and the parts of a level are
-  disjoint (Theorem 1), so the tree costs eps * max_depth (Corollary 2). A leaf's released count is
-  the noisy count that stopped it (the pseudocode's second NoisyCount would cost one more eps).
+  disjoint (Theorem 1), so the tree costs eps * max_depth (Corollary 2). The noisy count that
+  stopped a leaf is dropped as soon as the leaf is decided (issue 31): the :class:`Tree` keeps the
+  shape only, so no release path can reach those values (released, they would need their own
+  accounting, up to one more eps per level for the improved tree's discounted counts); leaf
+  counts come from :func:`measure_leaves`, which is accounted.
 * :func:`improved_histogram` (Figure 2): before splitting, the first ``discount`` records of the
   node (in input order: the paper's Skip) are dropped. With discount t >= b + ln 2 / eps
   (b = threshold) the tree costs 2 eps whatever its depth (Theorem 3); the remark after it asks for
@@ -45,7 +48,7 @@ class Tree:
     child_index: list[int]
     depth: list[int]
     first_child: list[int]
-    leaves: dict[int, float]  # leaf node -> released noisy count
+    leaves: set[int]  # the leaf nodes (shape only: the noisy counts that stopped them are not kept)
 
     def path(self, node: int) -> tuple[int, ...]:
         out = []
@@ -54,8 +57,8 @@ class Tree:
             node = self.parent[node]
         return tuple(reversed(out))
 
-    def leaf_paths(self) -> dict[tuple[int, ...], float]:
-        return {self.path(node): count for node, count in self.leaves.items()}
+    def leaf_paths(self) -> list[tuple[int, ...]]:
+        return [self.path(node) for node in sorted(self.leaves)]
 
 
 def default_threshold(epsilon: float, branching: int) -> float:
@@ -100,7 +103,7 @@ def _check_epsilon(epsilon: float) -> None:
 
 def _grow(records, domain, epsilon, threshold, max_depth, discount, noise, max_nodes) -> Tree:
     prepared = domain.prepare(records)
-    tree = Tree(parent=[-1], child_index=[-1], depth=[0], first_child=[-1], leaves={})
+    tree = Tree(parent=[-1], child_index=[-1], depth=[0], first_child=[-1], leaves=set())
     node_of_record = np.zeros(len(prepared), dtype=np.int64)  # -1 once skipped
     active = np.array([0])
     for level in range(max_depth + 1):
@@ -109,8 +112,7 @@ def _grow(records, domain, epsilon, threshold, max_depth, discount, noise, max_n
         noisy = noise.laplace(counts.astype(float), 1.0 / epsilon)
         splittable = np.array([not domain.is_terminal(tree.child_index[n]) for n in active], dtype=bool)
         split = (noisy >= threshold) & splittable & (level < max_depth)
-        for node, value in zip(active[~split], noisy[~split], strict=True):
-            tree.leaves[int(node)] = float(value)
+        tree.leaves.update(int(node) for node in active[~split])  # the noisy values stay here
         if not split.any():
             break
         splitting = active[split]

@@ -18,6 +18,11 @@ from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
 from petlab.plaindata.metrics.commute import to_unit_cube
 from petlab.plaindata.secure_random import release_generator
 
+RELEASE = (
+    "adaptive release (neighbours: one worker added or removed; public: the crosswalk's block "
+    "coordinates, which fix the unit cube, and the parameters)"
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lodes_arguments(parser)
@@ -69,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
     _, work = index.query(synthetic[:, 2:])
     written = write_od(args.out, commutes.blocks, work, home, np.ones(len(home), dtype=np.int64))
     print(f"wrote {args.out}: {len(written)} O/D pairs, {int(written.S000.sum())} workers")
-    print_report(report_lines(costs), seeded)
+    print_report(report_lines(costs, RELEASE), seeded)
     return 0

@@ -2,8 +2,9 @@
 
 What reaches the terminal: the file written and the model's (DP) dependency order on success, one
 line on failure, and in both cases the same privacy statement (:mod:`petlab.plaindata.plausible.
-accounting`): it covers the records, the exit status and the candidate tallies, and it is a function
-of the configuration, ``--count`` and ``--max-candidates`` only. No count of the input is printed.
+accounting`): the per-record (k, gamma) criterion, Theorem 1's (eps, delta) for one released
+record, the sentence that this is not a guarantee for the data set, and the model's own DP; a
+function of the configuration only. No count of the input is printed.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-candidates",
         type=int,
-        help=f"runs of Mechanism 1 allowed (default {CANDIDATES_PER_RECORD} x --count); the privacy "
-        "statement composes over all of them",
+        help=f"runs of Mechanism 1 allowed (default {CANDIDATES_PER_RECORD} x --count); fewer passing "
+        "records than --count is a failed run",
     )
     parser.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
     parser.add_argument("--diagnostics", type=Path, help=DIAGNOSTICS_HELP)
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "pass_rate": result.pass_rate,
         },
     )
-    statement = report_lines(fitted, config, args.count, limit)
+    statement = report_lines(fitted, config)
     if len(result.records) < args.count:
         print(FAILED, file=sys.stderr)
         print_report(statement, seeded)

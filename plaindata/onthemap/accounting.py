@@ -1,5 +1,11 @@
 """OnTheMap's privacy statement as a :class:`~petlab.plaindata.dp.accounting.PrivacyCost`.
 
+Neighbouring data sets (ICDE 2008, Section IV, as the derivation in
+:mod:`petlab.plaindata.onthemap.release` uses them): the same workers, one of whom has another
+origin within the same destination. Every destination's total N(d) is public; adding or removing a
+worker is not covered (the written total per destination is N(d) minus the workers drawn beyond
+the last band, N(d) itself with probability about 0.9-0.97), and the statement says so.
+
 Everything here is a function of public figures only: eps, delta, the bands' keep probabilities,
 and the priors, which depend on each destination's public total of workers and the geography
 (:mod:`petlab.plaindata.onthemap.release`, where the bound is derived). The statement does not
@@ -16,6 +22,12 @@ import numpy as np
 from petlab.plaindata.dp.accounting import PROBABILISTIC_DP, PrivacyCost
 from petlab.plaindata.onthemap.privacy import accept_reject_epsilon, shrunk_epsilon
 
+NEIGHBOURS = "neighbours: one worker's origin moved within its destination"
+PUBLIC = "public: every destination's number of workers N(d), the geography and the bands"
+NOT_COVERED = (
+    "NOT covered: adding or removing a worker (the total written per destination follows N(d), "
+    "which is treated as public)"
+)
 TAIL_SHARE = 0.8  # of delta: leaving gamma-Rep on a kept domain within the public bounds
 DOMAIN_SHARE = 0.1  # of delta, for each of the two bounds on the kept domain
 
@@ -54,10 +66,11 @@ def release_cost(
     return PrivacyCost(
         epsilon_prime,
         delta,
-        "OnTheMap release, each destination",
+        f"OnTheMap release, each destination ({NEIGHBOURS}; {PUBLIC})",
         "Theorems 4.3 and 5.2 and Lemma 5.2 with the beyond cell, derived in plaindata/onthemap/release.py",
         PROBABILISTIC_DP,
         details=(
+            NOT_COVERED,
             f"Algorithm 1 priors for eps = {epsilon:g}: gamma-Rep is left with probability <= "
             f"{TAIL_SHARE:g} delta on every kept domain within the public bounds, which fail with "
             f"probability <= 2 x {DOMAIN_SHARE:g} delta (Theorems 4.3-4.4, union-tail form)",

@@ -19,7 +19,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Sections 3.3 and 3.3.1.
   H(D(X_j), D(X_l)); identical variables counted once) is computed once with fresh
   Lap(Delta / eps_e) noise (equation 8), Delta = h_b(1/n_low) from :mod:`petlab.plaindata.plausible.entropy`
   (equation 9 derived there, n_low from the noisy count of equation 10). The K entropies compose
-  by advanced composition (or basic, if smaller), the count by sequential composition: the
+  optimally (dp_accounting; or basic, if smaller), the count by sequential composition: the
   structure is (eps_n + eps_K, delta' + delta_n)-DP (a :class:`PrivacyCost` with those parts).
   Noisy entropies are clamped to [0, ln |domain|] and SU to [0, 1] (post-processing). An empty
   D_S is allowed (each record is assigned to it at random, so it can be): every entropy is 0

@@ -6,7 +6,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
 1. Assign every record of D to D_S (structure), D_P (parameters) or D_T (seeds) independently at
    random, with the public probabilities ``config.split`` (Section 3, Section 6.1). Independently,
    not as a fixed-size split: then adding or removing one record changes its own subset only,
-   which is what parallel composition needs (derivation in :mod:`.accounting`). A subset may be
+   which is what the model's parallel composition needs (derivation in :mod:`.accounting`). A subset may be
    empty; every step below accepts that.
 2. Learn the structure on D_S and the parameters on D_P with differential privacy
    (:mod:`.bayes_structure`, :mod:`.bayes_model`).
@@ -15,8 +15,9 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
    seed to draw and every run outputs nothing.
 4. The release (:func:`synthesize`): runs of Mechanism 1 until ``count`` records pass, at most
    ``max_candidates`` runs (default :data:`CANDIDATES_PER_RECORD` x ``count``); fewer than
-   ``count`` passing records is a failed run, which releases nothing. Its privacy, the exit
-   status included, is derived in :mod:`.accounting`.
+   ``count`` passing records is a failed run, which releases nothing. What is guaranteed (the
+   per-record criterion and Theorem 1 for one record) and why no figure covers the whole release
+   (the failure, the number of records): :mod:`.accounting`.
 
 Counting plausible seeds. Pr{y = M(d)} is 0 unless d agrees with y on the kept attributes and is
 then one common value (see :mod:`petlab.plaindata.plausible.bayes_model`), so all the seeds with non-zero
@@ -54,7 +55,7 @@ from petlab.plaindata.plausible.bayes_structure import Structure, learn_structur
 from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
 
-CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record (see .accounting)
+CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ class SynthesisRun:
 
 def candidate_limit(count: int, max_candidates: int | None = None) -> int:
     """Runs of Mechanism 1 allowed for ``count`` records: ``max_candidates``, or
-    :data:`CANDIDATES_PER_RECORD` x ``count`` (public: the privacy statement depends on it). A limit
+    :data:`CANDIDATES_PER_RECORD` x ``count`` (public). A limit
     below ``count`` makes every run fail, whatever the data."""
     if count < 1:
         raise ValueError("count must be at least 1")

@@ -1,0 +1,189 @@
+"""Every privacy figure ``petlab-synth`` and ``petlab-experiments`` print, grepped from their output
+(cheap settings) and checked against the accountant (issue 31).
+
+A report is parsed into its tree of figures (indentation). Then each figure is recomputed from the
+mechanism's parameters: a composed figure from its parts by the rule it names (sequential: sums;
+parallel: maxima; "N x the part below, by optimal composition": dp_accounting's optimal
+composition of the printed part, within the printing's rounding); Theorem 1 from k, gamma, eps0
+and t; OnTheMap's eps' from Theorem 5.2 and Lemma 5.2 with the printed keep probability and prior;
+the adaptive histograms from Corollary 2 and Theorem 3. Every top-level figure names its
+neighbouring data sets. A figure with no rule to check it by fails the test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from petlab.plaindata.cli import main as synth_main
+from petlab.plaindata.dp.composition import optimal_composition
+from petlab.plaindata.onthemap.privacy import accept_reject_epsilon, shrunk_epsilon
+from petlab.plaindata.plausible.privacy_tests import theorem1
+
+FIGURE = re.compile(
+    r"^(?P<indent> *)(?P<what>.+?): \((?P<symbol>epsilon'?) = (?P<eps>[0-9.]+)"
+    r"(?:, delta = (?P<delta>[0-9.e+-]+))?\)-(?P<notion>DP|probabilistic DP)(?: \((?P<rule>.*)\))?$"
+)
+ROUND = 5e-5  # figures print with 4 decimals
+
+
+@dataclass
+class Figure:
+    what: str
+    epsilon: float
+    delta: float
+    rule: str
+    details: list[str] = field(default_factory=list)
+    parts: list[Figure] = field(default_factory=list)
+
+
+def parse(text: str) -> list[Figure]:
+    """The figures of a privacy report, as a forest by indentation, with their detail lines."""
+    roots: list[Figure] = []
+    stack: list[tuple[int, Figure]] = []
+    for line in text.splitlines():
+        match = FIGURE.match(line)
+        if not match:
+            if stack and line.startswith(" " * (stack[-1][0] + 2)):
+                stack[-1][1].details.append(line.strip())
+            continue
+        indent = len(match["indent"])
+        figure = Figure(match["what"], float(match["eps"]), float(match["delta"] or 0), match["rule"] or "")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        (stack[-1][1].parts if stack else roots).append(figure)
+        stack.append((indent, figure))
+    return roots
+
+
+def close(printed: float, value: float, slack: float = ROUND) -> bool:
+    return abs(printed - value) <= slack + 1e-12
+
+
+def check_composition(figure: Figure) -> bool:
+    """The figure from its parts by the rule it names; False when it names none of them."""
+    parts = figure.parts
+    if match := re.match(r"(\d+) x the part below, by sequential composition", figure.rule):
+        (part,) = parts
+        assert close(figure.epsilon, int(match[1]) * part.epsilon, ROUND * int(match[1])), figure
+        assert figure.delta == pytest.approx(int(match[1]) * part.delta, rel=1e-2), figure
+    elif "sequential composition" in figure.rule:
+        assert close(figure.epsilon, sum(p.epsilon for p in parts), ROUND * (len(parts) + 1)), figure
+        assert figure.delta == pytest.approx(sum(p.delta for p in parts), rel=1e-2), figure
+    elif "parallel composition" in figure.rule:
+        assert close(figure.epsilon, max(p.epsilon for p in parts)), figure
+        assert figure.delta == pytest.approx(max(p.delta for p in parts), rel=1e-2), figure
+    elif match := re.match(r"(\d+) x the part below, by optimal composition", figure.rule):
+        (part,) = parts
+        count = int(match[1])
+        slack = figure.delta - count * part.delta
+        low, high = (part.epsilon + shift for shift in (-ROUND, ROUND))
+        bracket = [optimal_composition(e, count, slack, part.delta).epsilon for e in (low, high)]
+        assert bracket[0] - ROUND <= figure.epsilon <= bracket[1] + ROUND, figure
+        assert figure.epsilon <= count * (part.epsilon + ROUND), figure
+    else:
+        return False
+    for part in parts:
+        check(part)
+    return True
+
+
+def check(figure: Figure) -> None:
+    if figure.parts:
+        assert check_composition(figure), f"no rule to check {figure}"
+        return
+    if figure.rule.startswith("Theorem 1"):
+        k, gamma, eps0, t = (float(v) for v in re.findall(r"= ([0-9.]+)", figure.rule))
+        bound = theorem1(int(k), gamma, eps0, int(t))
+        assert close(figure.epsilon, bound.epsilon) and figure.delta == pytest.approx(bound.delta, rel=1e-2)
+    elif "Theorems 4.3 and 5.2" in figure.rule:
+        text = "\n".join(figure.details)
+        epsilon = float(re.search(r"priors for eps = ([0-9.]+)", text)[1])
+        min_keep = float(re.search(r"min f = ([0-9.]+)", text)[1])
+        ceil_alpha = int(re.search(r"max ceil\(alpha\) = (\d+)", text)[1])
+        expected = shrunk_epsilon(accept_reject_epsilon(epsilon, figure.delta), min_keep, ceil_alpha)
+        assert close(figure.epsilon, expected), figure
+    elif figure.rule.startswith(("Laplace mechanism", "Corollary 2", "Theorem 3", "depth + 1")):
+        pass  # a mechanism's own budget: checked against the command's arguments by the caller
+    else:
+        raise AssertionError(f"no rule to check {figure}")
+
+
+def report_of(text: str) -> list[Figure]:
+    assert "privacy report:" in text, text
+    figures = parse(text.split("privacy report:", 1)[1])
+    assert figures, text
+    for figure in figures:
+        assert "neighbours" in figure.what, f"the statement does not name its neighbours: {figure.what}"
+        check(figure)
+    return figures
+
+
+def leaves(figures: list[Figure]) -> list[Figure]:
+    return [leaf for f in figures for leaf in (leaves(f.parts) if f.parts else [f])]
+
+
+@pytest.fixture(scope="module")
+def lodes(tmp_path_factory) -> list[str]:
+    folder = tmp_path_factory.mktemp("lodes")
+    assert synth_main(["commute-data", "--workers", "600", "--seed", "4", "--out", str(folder)]) == 0
+    return ["--od", str(folder / "od_main_JT00.csv.gz"), "--xwalk", str(folder / "xwalk.csv.gz")]
+
+
+def test_plausible_prints_only_checked_figures(tmp_path, capsys):
+    argv = ["plausible", "--count", "20", "--k", "30", "--omega", "11", "--seed", "1", "--model-eps", "0.8"]
+    assert synth_main([*argv, "--out", str(tmp_path / "p.csv")]) == 0
+    figures = report_of(capsys.readouterr().out)
+    (record,) = [f for f in figures if f.rule.startswith("Theorem 1")]
+    (model,) = [f for f in figures if f.what.startswith("model alone")]
+    assert model.epsilon <= 0.8 + ROUND and "t = 9" in record.rule  # the budget asked for
+    assert len(figures) == 2  # nothing composed over records or runs
+
+
+def test_onthemap_prints_only_checked_figures(lodes, tmp_path, capsys):
+    assert synth_main(["onthemap", *lodes, "--seed", "1", "--out", str(tmp_path / "o.csv")]) == 0
+    text = capsys.readouterr().out
+    (figure,) = report_of(text)
+    assert "one worker's origin moved within its destination" in figure.what and "N(d)" in figure.what
+    assert "NOT covered: adding or removing a worker" in text
+    assert close(figure.epsilon, 8.5686) and figure.delta == 1e-5
+
+
+@pytest.mark.parametrize("method, expected", [("basic", 2 * 4 + 2), ("improved", 2 * 2 + 2), ("direct", 2)])
+def test_adaptive_prints_only_checked_figures(lodes, tmp_path, capsys, method, expected):
+    argv = ["adaptive", *lodes, "--seed", "1", "--method", method, "--eps", "2", "--depth", "4"]
+    assert synth_main([*argv, "--out", str(tmp_path / "a.csv")]) == 0
+    (figure,) = report_of(capsys.readouterr().out)
+    assert close(figure.epsilon, expected) and figure.delta == 0
+    budgets = {"basic": 2 * 4, "improved": 2 * 2, "direct": 2}  # Corollary 2, Theorem 3, Figures 3-4
+    own = [leaf.epsilon for leaf in leaves([figure])]
+    assert own == ([budgets[method], 2] if method != "direct" else [2])
+
+
+def test_experiments_print_only_checked_figures(tmp_path, capsys):
+    """``plausible-bench`` prints the command's statement; ``onthemap-bench`` the release's own
+    statement (not its inputs); the checks of ``onthemap-figures`` and ``adaptive-counts`` are in
+    ``test_experiments.py``, which runs them."""
+    from petlab.experiments.cli import main as experiments_main
+    from petlab.plaindata import acs_sample_path
+
+    out = tmp_path / "bench.csv"
+    argv = ["plausible-bench", "--data", str(acs_sample_path()), "--candidates", "500", "--k", "30"]
+    assert experiments_main([*argv, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    figures = report_of("privacy report:\n" + text.split("what a release with this configuration states:")[1])
+    assert len(figures) == 2
+    out = tmp_path / "otm.csv"
+    argv = ["onthemap-bench", "--workers", "600", "--blocks", "300", "--out", str(out)]
+    assert experiments_main(argv) == 0
+    text = capsys.readouterr().out
+    (figure,) = report_of(text.split("the release's own statement")[0])  # the command's report
+    statement = pd.read_csv(out).statement[0]
+    assert parse(statement)[0].epsilon == figure.epsilon and "neighbours" in statement
+    assert f"the release's own statement: {statement}" in text
+    assert not {"epsilon", "delta"} & set(pd.read_csv(out).columns)  # the inputs are named as inputs
+    assert Path(out).exists()
