@@ -12,6 +12,8 @@ controller's included, waited for its deadline. Two mechanisms bound that:
 * :class:`OwnerSlots`: the same, per identified owner (``owner_upload_slots``,
   ``owner_evaluation_slots``), taken before the shared slots: one owner cannot hold every shared
   slot, so its exhausted quota never refuses another owner.
+* :class:`server.common.fair_share.FairSlots`: evaluation slots, shared fairly between callers;
+  callers under their share wait (boundedly) in a small room, which counts as threads here too.
 * :class:`UploadWatchdog`: a timer per upload that cancels the call when the first chunk has not
   arrived within ``first_chunk_seconds``, or when, after ``grace_seconds``, fewer than
   ``min_bytes_per_second`` on average have arrived. The cancelled upload ends as any broken
@@ -47,6 +49,9 @@ class ServiceLimits:
     min_bytes_per_second: float = 256 * 1024
     owner_upload_slots: int = 1  # per identified owner (tokens or client certificates)
     owner_evaluation_slots: int = 1
+    # callers under their fair share waiting for an evaluation slot (server.common.fair_share)
+    evaluation_waiting: int = 1
+    evaluation_wait_seconds: float = 30.0
 
     def check(self, workers: int) -> None:
         if (
@@ -56,11 +61,14 @@ class ServiceLimits:
             < 1
         ):
             raise ValueError("upload and evaluation slots (shared and per owner) must be at least 1")
-        if self.upload_slots + self.evaluation_slots >= workers:
+        if self.evaluation_waiting < 1 or self.evaluation_wait_seconds <= 0:
+            raise ValueError("the evaluation waiting room needs a place and a positive wait")
+        if self.upload_slots + self.evaluation_slots + self.evaluation_waiting >= workers:
             raise ValueError(
-                f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "
-                f"some of the {workers} threads k-NN calls may use (--workers minus the threads kept "
-                "for the controller and health checks) for other calls; raise --workers"
+                f"uploads ({self.upload_slots}), evaluations ({self.evaluation_slots}) and their "
+                f"waiting room ({self.evaluation_waiting}) must leave some of the {workers} threads "
+                "k-NN calls may use (--workers minus the threads kept for the controller and health "
+                "checks) for other calls; raise --workers"
             )
         if self.first_chunk_seconds <= 0 or self.grace_seconds < 0 or self.min_bytes_per_second < 0:
             raise ValueError("upload time limits must be positive")

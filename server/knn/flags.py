@@ -76,7 +76,25 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "concurrent key uploads; more are refused at once (RESOURCE_EXHAUSTED)",
     )
     add_env_option(
-        serve, "--evaluation-slots", int, 3, "classifications running or waiting; more are refused at once"
+        serve,
+        "--evaluation-slots",
+        int,
+        3,
+        "classifications running or waiting for the model; shared fairly between callers",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-waiting",
+        int,
+        1,
+        "callers under their fair share of --evaluation-slots that may wait for one (a thread each)",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-wait-seconds",
+        float,
+        30.0,
+        "longest wait for an evaluation slot; then RESOURCE_EXHAUSTED with a retry hint",
     )
     add_env_option(
         serve, "--upload-first-chunk-seconds", float, 10.0, "an upload with no chunk by then is cancelled"
@@ -129,6 +147,8 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "limits": ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,
+            evaluation_waiting=args.evaluation_waiting,
+            evaluation_wait_seconds=args.evaluation_wait_seconds,
             first_chunk_seconds=args.upload_first_chunk_seconds,
             min_bytes_per_second=args.upload_min_kib_per_second * 1024,
             owner_upload_slots=args.owner_upload_slots,
