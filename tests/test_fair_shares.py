@@ -26,7 +26,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from petlab.client.knn_client import KnnRemote, PreparedModel
-from petlab.crypto.knn.deployment import KnnClient
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
 SERVER = Path(sys.executable).with_name("petlab-server")

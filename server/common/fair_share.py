@@ -16,15 +16,16 @@ documented limit of anonymous fairness; tokens or client certificates lift it.
 * a free slot is taken at once (nobody waits for an idle server);
 * when none is free, a caller that already holds its share (``ceil(count / callers present)``)
   is refused at once; a caller under its share waits in a room of ``waiting`` places, one place
-  per caller. A released slot goes to the waiting caller that holds the fewest slots (the oldest
-  waiter among equals), never back to the crowd: so a caller holding its share gets no new slot
-  while another caller waits, and a newcomer is admitted at the next release;
+  per caller (``waiting`` = 0: no room, such callers are refused). A released slot goes to the
+  waiting caller that holds the fewest slots (the oldest waiter among equals), never back to the
+  crowd: so a caller holding its share gets no new slot while another caller waits, and a
+  newcomer is admitted at the next release;
 * a full room takes a newcomer only in place of a waiter whose caller holds more slots (that
   waiter is refused); otherwise the newcomer is refused;
 * a wait lasts at most ``wait_seconds`` (and ends with the caller's call); every refusal is
   RESOURCE_EXHAUSTED with the ``retry-after-s`` hint.
 
-Waiting calls hold a thread of the k-NN share: ``ServiceLimits.check`` counts the room.
+Waiting calls hold a thread: the k-NN service takes its room from ``--evaluation-slots``.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class FairSlots:
         wait_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ):
-        if count < 1 or waiting < 1 or wait_seconds <= 0:
-            raise ValueError("fair slots need at least one slot, one waiting place and a positive wait")
+        if count < 1 or waiting < 0 or wait_seconds <= 0:
+            raise ValueError("fair slots need at least one slot, no negative room and a positive wait")
         self.count, self.what, self.waiting, self.wait_seconds = count, what, waiting, wait_seconds
         self._clock = clock
         self._free = count
@@ -147,6 +148,8 @@ class FairSlots:
         if any(w.caller == caller for w in self._waiters):
             return None, f"you already have a call waiting for {self.what}; {retry}", None
         displaced = None
+        if not self.waiting:
+            return None, f"the server is busy with other {self.what}; {retry}", None
         if len(self._waiters) >= self.waiting:
             worst = max(self._waiters, key=lambda w: (self._held[w.caller], w.order))
             if self._held[worst.caller] <= self._held[caller]:

@@ -80,14 +80,16 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "--evaluation-slots",
         int,
         3,
-        "classifications running or waiting for the model; shared fairly between callers",
+        "threads for classifications: running, queued for the model, or waiting for a fair share "
+        "(--evaluation-waiting of them); shared fairly between callers",
     )
     add_env_option(
         serve,
         "--evaluation-waiting",
         int,
         1,
-        "callers under their fair share of --evaluation-slots that may wait for one (a thread each)",
+        "of --evaluation-slots, places where a caller under its fair share waits for another to "
+        "end (0: none, such callers are refused at once)",
     )
     add_env_option(
         serve,

@@ -134,8 +134,8 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         self._identities = identities or CallerIdentities()
         enforced = self._identities.enforced
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
-        self._evaluation_slots = FairSlots(
-            self._limits.evaluation_slots,
+        self._evaluation_slots = FairSlots(  # the room's threads are evaluation slots too
+            self._limits.evaluation_slots - self._limits.evaluation_waiting,
             "evaluations",
             self._limits.evaluation_waiting,
             self._limits.evaluation_wait_seconds,
