@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 args.out.write_text(text + "\n")
                 print(f"controller description written to {args.out}")
-            else:  # JSON escapes the controls in strings but DEL; our own line breaks stay
+            else:  # JSON escapes the server's controls already; shown() keeps it so, our line breaks stay
                 print("\n".join(shown(line) for line in text.split("\n")))
         else:
             with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
