@@ -91,15 +91,17 @@ def keyed_devices(address: str, cache: Path) -> tuple[KnnRemote, PreparedModel, 
     return device, prepared, device.upload_keys(flooder)
 
 
-def flood(address: str, key_id: str, query: bytes, stop: threading.Event) -> tuple[list, Counter]:
-    """``FLOOD_THREADS`` threads sending ``Classify`` on one connection until ``stop`` (retrying at
-    once when refused); returns the threads and a tally of answers by status."""
-    channel = own_connection(address)
-    stub = knn_pb2_grpc.KnnServiceStub(channel)
+def flood(
+    address: str, key_id: str, query: bytes, stop: threading.Event, connections: int = 1
+) -> tuple[list, Counter]:
+    """``FLOOD_THREADS`` threads sending ``Classify`` on ``connections`` connections until ``stop``
+    (retrying at once when refused); returns the channels, the threads and a tally by status."""
+    channels = [own_connection(address) for _ in range(connections)]
+    stubs = [knn_pb2_grpc.KnnServiceStub(channel) for channel in channels]
     tally: Counter = Counter()
     request = knn_pb2.ClassifyRequest(model="iris", key_id=key_id, encrypted_query=query)
 
-    def attack() -> None:
+    def attack(stub) -> None:
         while not stop.is_set():
             try:
                 stub.Classify(request, timeout=60)
@@ -108,15 +110,20 @@ def flood(address: str, key_id: str, query: bytes, stop: threading.Event) -> tup
                 tally[exc.code().name] += 1
                 stop.wait(0.02)
 
-    threads = [threading.Thread(target=attack, daemon=True) for _ in range(FLOOD_THREADS)]
+    threads = [
+        threading.Thread(target=attack, args=(stubs[n % connections],), daemon=True)
+        for n in range(FLOOD_THREADS)
+    ]
     for thread in threads:
         thread.start()
-    return [channel, *threads], tally
+    return [channels, *threads], tally
 
 
-def measure_flood(server: Server, cache: Path) -> tuple[float, float, int, int, Counter]:
+def measure_flood(
+    server: Server, cache: Path, connections: int = 1
+) -> tuple[float, float, int, int, Counter]:
     """(one unflooded classification's seconds, the device's seconds under the flood, its class,
-    the unflooded class, the flood's tally)."""
+    the unflooded class, the flood's tally); the flood on ``connections`` connections."""
     device, prepared, flooder_key = keyed_devices(server.address, cache)
     features = np.array([5.9, 3.0, 5.1, 1.8])
     started = time.perf_counter()
@@ -124,7 +131,7 @@ def measure_flood(server: Server, cache: Path) -> tuple[float, float, int, int, 
     alone = time.perf_counter() - started
     query = prepared.encrypt_levels(prepared.quantizer.transform(features))
     stop = threading.Event()
-    (channel, *threads), tally = flood(server.address, flooder_key, query, stop)
+    (channels, *threads), tally = flood(server.address, flooder_key, query, stop, connections)
     try:
         settle = time.monotonic() + 30  # the flood holds the slots before the device asks
         while tally["OK"] + tally["RESOURCE_EXHAUSTED"] < FLOOD_THREADS and time.monotonic() < settle:
@@ -141,7 +148,8 @@ def measure_flood(server: Server, cache: Path) -> tuple[float, float, int, int, 
         stop.set()
         for thread in threads:
             thread.join(90)
-        channel.close()
+        for channel in channels:
+            channel.close()
         device.channel.close()
     return alone, flooded, got, expected, tally
 
