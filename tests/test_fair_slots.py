@@ -111,6 +111,40 @@ def test_a_full_room_takes_a_newcomer_only_in_place_of_a_bigger_holders_waiter()
         thread.join(5)
 
 
+def wait_for(outcome: dict, caller: str) -> object:
+    deadline = time.monotonic() + 5
+    while caller not in outcome and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return outcome.get(caller)
+
+
+def test_a_refused_caller_keeps_its_turn_and_goes_before_later_askers():
+    """A round robin, not a race: the device refused while another waited comes back after a
+    newcomer took the room, and takes its place (the newcomer asked later)."""
+    slots = FairSlots(1, "evaluations", waiting=1, wait_seconds=10)
+    release = {name: threading.Event() for name in ("b", "e", "device")}
+    outcome: dict = {}
+    threads = []
+    with ExitStack() as a_holds:
+        take(slots, "a", a_holds)
+        threads.append(waiting(slots, "b", outcome, release["b"]))
+        settle(slots, 1)
+        with pytest.raises(Refused):  # b asked first
+            take(slots, "device", ExitStack())
+    assert wait_for(outcome, "b") == "admitted"  # a's slot went to b
+    threads.append(waiting(slots, "e", outcome, release["e"]))  # asks after the device did
+    settle(slots, 1)
+    threads.append(waiting(slots, "device", outcome, release["device"]))  # its retry
+    assert wait_for(outcome, "e") == grpc.StatusCode.RESOURCE_EXHAUSTED  # displaced by the device
+    release["b"].set()
+    assert wait_for(outcome, "device") == "admitted"
+    for event in release.values():
+        event.set()
+    for thread in threads:
+        thread.join(5)
+    assert slots.holders() == {}
+
+
 def test_a_wait_is_bounded_and_ends_with_the_call():
     slots = FairSlots(1, "evaluations", waiting=1, wait_seconds=0.3)
     with ExitStack() as stack:

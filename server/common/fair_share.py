@@ -17,11 +17,14 @@ documented limit of anonymous fairness; tokens or client certificates lift it.
 * when none is free, a caller that already holds its share (``ceil(count / callers present)``)
   is refused at once; a caller under its share waits in a room of ``waiting`` places, one place
   per caller (``waiting`` = 0: no room, such callers are refused). A released slot goes to the
-  waiting caller that holds the fewest slots (the oldest waiter among equals), never back to the
-  crowd: so a caller holding its share gets no new slot while another caller waits, and a
-  newcomer is admitted at the next release;
-* a full room takes a newcomer only in place of a waiter whose caller holds more slots (that
-  waiter is refused); otherwise the newcomer is refused;
+  waiting caller that ranks first, never back to the crowd: so a caller holding its share gets no
+  new slot while another caller waits;
+* the rank: fewest slots held, then the earliest *turn* (when the caller last got a slot, or first
+  asked since; a refused caller keeps its turn): a round robin over callers. A caller that asked
+  before others were served goes before them, whatever their number of requests;
+* a full room takes a newcomer only in place of a waiter that ranks after it (that waiter is
+  refused); otherwise the newcomer is refused and keeps its turn for its retry. So a newcomer is
+  admitted within one round: after at most one slot for each caller that asked before it;
 * a wait lasts at most ``wait_seconds`` (and ends with the caller's call); every refusal is
   RESOURCE_EXHAUSTED with the ``retry-after-s`` hint.
 
@@ -35,7 +38,7 @@ import itertools
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ import grpc
 from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
 
 IPV6_NETWORK_BITS = 64
+REMEMBERED_CALLERS = 65536  # callers whose turn is remembered (about 100 bytes each)
 
 
 def caller_key(context: grpc.ServicerContext, owner: str | None = None) -> str:
@@ -107,6 +111,7 @@ class FairSlots:
         self._free = count
         self._held: Counter[str] = Counter()
         self._waiters: list[_Waiter] = []
+        self._turns: OrderedDict[str, float] = OrderedDict()  # caller -> its turn (see _turn)
         self._order = itertools.count()
         self._lock = threading.Lock()
 
@@ -129,7 +134,7 @@ class FairSlots:
         with self._lock:
             if self._free:
                 self._free -= 1
-                self._held[caller] += 1
+                self._served(caller)
                 return
             waiter, refusal, displaced = self._enter_room(caller)
         if displaced is not None:
@@ -140,6 +145,7 @@ class FairSlots:
 
     def _enter_room(self, caller: str) -> tuple[_Waiter | None, str, _Waiter | None]:
         """Under the lock, no slot free: (the caller's place, or None and why not; a displaced waiter)."""
+        self._turn(caller)  # a refused caller keeps its turn for its retry
         present = {c for c, n in self._held.items() if n} | {w.caller for w in self._waiters} | {caller}
         share = math.ceil(self.count / len(present))
         retry = f"retry in {RETRY_AFTER_SECONDS} seconds"
@@ -151,14 +157,38 @@ class FairSlots:
         if not self.waiting:
             return None, f"the server is busy with other {self.what}; {retry}", None
         if len(self._waiters) >= self.waiting:
-            worst = max(self._waiters, key=lambda w: (self._held[w.caller], w.order))
-            if self._held[worst.caller] <= self._held[caller]:
+            worst = max(self._waiters, key=self._rank)
+            if self._rank(worst) <= (self._held[caller], self._turn(caller), math.inf):
                 return None, f"the server is busy with other {self.what}; {retry}", None
             self._waiters.remove(worst)
             worst.displaced, displaced = True, worst
+        self._turn(caller)
         waiter = _Waiter(caller, next(self._order))
         self._waiters.append(waiter)
         return waiter, "", displaced
+
+    def _turn(self, caller: str) -> float:
+        """Under the lock: when ``caller`` was last admitted, or first asked since (remembered
+        for the last :data:`REMEMBERED_CALLERS` callers). Among waiters holding as many slots,
+        the earliest turn goes first: a round over every caller that asked before this one."""
+        turn = self._turns.get(caller)
+        if turn is None:
+            turn = self._turns[caller] = self._clock()
+            if len(self._turns) > REMEMBERED_CALLERS:
+                self._turns.popitem(last=False)
+        return turn
+
+    def _served(self, caller: str) -> None:
+        """Under the lock: ``caller`` takes a slot; its turn moves to now."""
+        self._held[caller] += 1
+        self._turns[caller] = self._clock()
+        self._turns.move_to_end(caller)
+        if len(self._turns) > REMEMBERED_CALLERS:
+            self._turns.popitem(last=False)
+
+    def _rank(self, waiter: _Waiter) -> tuple[int, float, float]:
+        """Who goes first (smallest): fewest slots held, then the earliest turn, then arrival."""
+        return self._held[waiter.caller], self._turn(waiter.caller), waiter.order
 
     def _wait(self, waiter: _Waiter, context: grpc.ServicerContext) -> None:
         ends = self._clock() + self.wait_seconds
@@ -188,8 +218,8 @@ class FairSlots:
             if not self._waiters:
                 self._free += 1
                 return
-            chosen = min(self._waiters, key=lambda w: (self._held[w.caller], w.order))
+            chosen = min(self._waiters, key=self._rank)
             self._waiters.remove(chosen)
-            self._held[chosen.caller] += 1
+            self._served(chosen.caller)
             chosen.granted = True
         chosen.wake.set()
