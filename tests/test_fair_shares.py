@@ -205,10 +205,12 @@ def test_one_caller_cannot_hold_every_stream_slot(server):
         assert next(mine).status == health_pb2.HealthCheckResponse.SERVING
         check = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert check.status == health_pb2.HealthCheckResponse.SERVING
-        deadline = time.monotonic() + 10  # the hog's oldest stream made room
-        while streams[0].is_active() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10  # the hog's oldest stream (as the server saw them) made room
+        while all(stream.is_active() for stream in streams) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not streams[0].is_active(), "the hog kept every stream"
+        ended = [stream for stream in streams if not stream.is_active()]
+        assert len(ended) == 1, f"{len(ended)} of the hog's streams ended, not one"
+        assert ended[0].code() == grpc.StatusCode.CANCELLED
 
         for _ in range(3):  # the hog cannot take it back
             with pytest.raises(grpc.RpcError) as again:

@@ -103,8 +103,10 @@ class StreamGuard(grpc.ServerInterceptor):
         return rewrap(handler, lambda behavior: self._guarded(behavior, method, reads), RESPONSE_STREAMS)
 
     def _guarded(self, behavior: Behavior, method: str, reads_requests: bool) -> Behavior:
+        non_blocking = is_non_blocking(behavior)
+
         def guarded(request, context, *callback):
-            stream_id = self._admit(method, context, reads_requests)
+            stream_id, victim = self._admit(method, context, reads_requests)
             released = threading.Event()
 
             def release() -> None:
@@ -117,16 +119,26 @@ class StreamGuard(grpc.ServerInterceptor):
                 release()
             if reads_requests:
                 request = self._tracked(stream_id, request)
-            return behavior(request, context, *callback)
+            if victim is None:
+                return behavior(request, context, *callback)
+            if not non_blocking:  # runs as long as the stream: make room first
+                _cancel(victim)
+                return behavior(request, context, *callback)
+            try:  # grpc's health servicer sends a watcher's first status holding its lock, and a
+                # stream that closes meanwhile blocks grpc's event loop on that lock (issue 29):
+                # the victim goes once this stream's first answer is out
+                return behavior(request, context, *callback)
+            finally:
+                _cancel(victim)
 
-        if not is_non_blocking(behavior) and not hasattr(behavior, "experimental_thread_pool"):
+        if not non_blocking and not hasattr(behavior, "experimental_thread_pool"):
             guarded.experimental_thread_pool = self.pool  # type: ignore[attr-defined]
         return guarded
 
-    def _admit(self, method: str, context, reads_requests: bool) -> int:
+    def _admit(self, method: str, context, reads_requests: bool) -> tuple[int, _Stream | None]:
         """A slot for this stream (its id). When none is free, the caller holding the most streams
-        gives up its oldest (cancelled) if it holds at least two more than this caller; else the
-        call is refused."""
+        gives up its oldest (returned, for the caller to cancel) if it holds at least two more than
+        this caller; else the call is refused."""
         caller, now = caller_key(context), self._clock()
         with self._wake:
             full = len(self._open) >= self.limits.slots
@@ -139,10 +151,7 @@ class StreamGuard(grpc.ServerInterceptor):
                 f"the server has {self.limits.slots} streams open, its limit, and you hold your "
                 f"share of them; retry in {RETRY_AFTER_SECONDS} seconds",
             )
-        if victim is not None:
-            log.info("%s stream cancelled: its caller held the most streams, another came", victim.method)
-            victim.context.cancel()
-        return stream_id
+        return stream_id, victim
 
     def _make_room(self, caller: str) -> _Stream | None:
         """Under ``_wake``, every slot taken: the oldest stream of the caller holding the most,
@@ -192,6 +201,11 @@ class StreamGuard(grpc.ServerInterceptor):
             for _, stream, reason in late:
                 log.info("%s stream cancelled: %s", stream.method, reason)
                 stream.context.cancel()
+
+
+def _cancel(victim: _Stream) -> None:
+    log.info("%s stream cancelled: its caller held the most streams, another came", victim.method)
+    victim.context.cancel()
 
 
 def _next_end(stream: _Stream) -> float:
