@@ -36,6 +36,7 @@ import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from petlab.client.channel import make_channel
+from petlab.client.server_text import shown
 from petlab.crypto.chain.instructions import InvalidInstruction, canonical_json
 from petlab.crypto.chain.traces import (
     CertificationScope,
@@ -209,10 +210,10 @@ def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None)
     for j in range(1, len(document["traces"])):
         reply = stub.Next(next_request(document, opened.session_id, j), timeout=timeout)
         if reply.WhichOneof("outcome") == "abort_reason":
-            print(f"analysis {reply.position}: ABORTED: {reply.abort_reason}", file=out)
+            print(f"analysis {reply.position}: ABORTED: {shown(reply.abort_reason)}", file=out)
             print("the remaining analyses stay undisclosed", file=out)
             return 3
-        print(f"analysis {reply.position}: {reply.result_json}", file=out)
+        print(f"analysis {reply.position}: {shown(reply.result_json)}", file=out)
     return 0
 
 
@@ -278,16 +279,16 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 args.out.write_text(text + "\n")
                 print(f"controller description written to {args.out}")
-            else:
-                print(text)
+            else:  # JSON escapes the server's controls already; shown() keeps it so, our line breaks stay
+                print("\n".join(shown(line) for line in text.split("\n")))
         else:
             with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
                 return run(json.loads(args.sequence.read_text()), channel, args.timeout)
     except grpc.RpcError as exc:
-        print(f"petlab-analyst: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(f"petlab-analyst: {exc.code().name}: {shown(exc.details())}", file=sys.stderr)
         return 1
     except (OSError, ValueError, KeyError) as exc:
-        print(f"petlab-analyst: {exc}", file=sys.stderr)
+        print(f"petlab-analyst: {shown(exc)}", file=sys.stderr)
         return 2
     return 0
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
 from petlab.client.files import default_cache_dir
 from petlab.client.parameter_check import check_security
+from petlab.client.server_text import shown
 from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import encode_query, family
 from petlab.crypto.knn.quantization import MinMaxQuantizer
@@ -163,7 +164,7 @@ class KnnRemote:
             )
             return self._unary("Classify", request).encrypted_class
 
-        return prepared.client.decrypt_class(self._with_key(prepared, call))
+        return checked_class(prepared.client.decrypt_class(self._with_key(prepared, call)), prepared.info)
 
     def classify_batch(self, prepared: PreparedModel, rows: np.ndarray, batch_size: int = 8) -> list[int]:
         levels = prepared.quantizer.transform(np.asarray(rows, dtype=float))
@@ -178,7 +179,10 @@ class KnnRemote:
                 )
                 return self._unary("ClassifyBatch", request).encrypted_classes
 
-            answers += [prepared.client.decrypt_class(r) for r in self._with_key(prepared, call)]
+            answers += [
+                checked_class(prepared.client.decrypt_class(r), prepared.info)
+                for r in self._with_key(prepared, call)
+            ]
             bar.update(len(queries))
         bar.close()
         return answers
@@ -218,6 +222,22 @@ class KnnRemote:
     def _say(self, message: str) -> None:
         if self.show_progress:
             tqdm.write(message)
+
+
+class ClassOutOfRange(ValueError):
+    """A decrypted answer names no class of the model: a faulty or hostile server."""
+
+
+def checked_class(index: int, info: knn_pb2.ModelInfo) -> int:
+    """``index``, a class of the model the server described, or ``ClassOutOfRange``. The check
+    cannot tell a wrong class that is in range (a malicious server can choose any class it likes:
+    ``docs/explanation/device-trust.md``)."""
+    if not 0 <= index < len(info.class_names):
+        raise ClassOutOfRange(
+            f"its answer decrypts to class {index}, but it describes model {shown(info.name, 64)!r} "
+            f"with {len(info.class_names)} classes (a faulty or hostile server)"
+        )
+    return index
 
 
 def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:

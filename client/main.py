@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from petlab.client.channel import make_channel
 from petlab.client.files import default_cache_dir
+from petlab.client.server_text import shown
 from petlab.exit_status import run_program
 from petlab.owner_only import UnsafeDirectory
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -135,25 +136,25 @@ def main(argv: list[str] | None = None) -> int:
             args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token, args.insecure_token
         )
     except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed or exposed token
-        print(f"petlab-client: {exc}", file=sys.stderr)
+        print(f"petlab-client: {shown(exc)}", file=sys.stderr)
         return 2
     try:
         return run(args, channel)
     except grpc.RpcError as exc:
-        print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(f"petlab-client: {exc.code().name}: {shown(exc.details())}", file=sys.stderr)
         return 1
-    except (UserError, UnsafeDirectory, WeakParameters) as exc:
-        print(f"petlab-client: {exc}", file=sys.stderr)
+    except (UserError, UnsafeDirectory, WeakParameters) as exc:  # may quote the server's names
+        print(f"petlab-client: {shown(exc)}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
-        print(f"petlab-client: refusing the server's answer: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer, class)
+        print(f"petlab-client: refusing the server's answer: {shown(exc)}", file=sys.stderr)
         return 1
     finally:
         channel.close()
 
 
 def run(args, channel) -> int:
-    from petlab.client.knn_client import KnnRemote
+    from petlab.client.knn_client import KnnRemote, checked_class
     from petlab.client.paillier_client import paillier_classify
     from petlab.crypto.paillier_knn import generate_keypair
 
@@ -164,8 +165,10 @@ def run(args, channel) -> int:
             .models
         ):
             print(
-                f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
-                f"classes {', '.join(info.class_names)}"
+                shown(
+                    f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
+                    f"classes {', '.join(info.class_names)}"
+                )
             )
         return 0
     remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
@@ -186,12 +189,12 @@ def run(args, channel) -> int:
         stats_header = f"Paillier baseline; keygen {time.perf_counter() - started:.1f} s"
         prepared = None
         classes = [
-            paillier_classify(channel, info, row, keypair, remote.stats, args.timeout)
+            checked_class(paillier_classify(channel, info, row, keypair, remote.stats, args.timeout), info)
             for row in tqdm(rows, disable=args.quiet or len(rows) == 1, desc="classifying")
         ]
     names = (prepared.info if prepared else info).class_names
     for cls in classes:
-        print(names[cls])
+        print(shown(names[cls]))
     if args.stats:
         print_stats(remote.stats, stats_header)
     if args.stats_json:

@@ -159,7 +159,7 @@ def bench_knn_config(
 def _limits(clients: int):
     from petlab.server.common.admission import ServiceLimits
 
-    return ServiceLimits(evaluation_slots=max(3, clients))
+    return ServiceLimits(evaluation_slots=max(3, clients) + 1)  # one is the fair-share waiting room
 
 
 def _evaluation_cpu(running) -> float:

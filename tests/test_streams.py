@@ -37,6 +37,12 @@ class _Context:
         self.callbacks.append(callback)
         return True
 
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:50000"
+
+    def peer_identities(self) -> None:
+        return None
+
 
 def test_interceptors_keep_grpcs_attributes():
     """The health servicer's Watch is non-blocking (it returns at once and holds no thread) only

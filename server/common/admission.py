@@ -12,6 +12,9 @@ controller's included, waited for its deadline. Two mechanisms bound that:
 * :class:`OwnerSlots`: the same, per identified owner (``owner_upload_slots``,
   ``owner_evaluation_slots``), taken before the shared slots: one owner cannot hold every shared
   slot, so its exhausted quota never refuses another owner.
+* :class:`server.common.fair_share.FairSlots`: evaluation slots, shared fairly between callers;
+  ``evaluation_waiting`` of the ``evaluation_slots`` threads are a room where a caller under its
+  share waits (boundedly) for one of the others.
 * :class:`UploadWatchdog`: a timer per upload that cancels the call when the first chunk has not
   arrived within ``first_chunk_seconds``, or when, after ``grace_seconds``, fewer than
   ``min_bytes_per_second`` on average have arrived. The cancelled upload ends as any broken
@@ -41,12 +44,16 @@ RETRY_AFTER_SECONDS = 5
 @dataclass(frozen=True)
 class ServiceLimits:
     upload_slots: int = 2
-    evaluation_slots: int = 3  # one running per model lock, the rest waiting briefly
+    evaluation_slots: int = 3  # threads: one running per model lock, the rest waiting briefly
     first_chunk_seconds: float = 10.0
     grace_seconds: float = 10.0
     min_bytes_per_second: float = 256 * 1024
     owner_upload_slots: int = 1  # per identified owner (tokens or client certificates)
     owner_evaluation_slots: int = 1
+    # of evaluation_slots, places where a caller under its fair share waits for one of the others
+    # (server.common.fair_share); 0: nobody waits
+    evaluation_waiting: int = 1
+    evaluation_wait_seconds: float = 30.0
 
     def check(self, workers: int) -> None:
         if (
@@ -56,6 +63,11 @@ class ServiceLimits:
             < 1
         ):
             raise ValueError("upload and evaluation slots (shared and per owner) must be at least 1")
+        if not 0 <= self.evaluation_waiting < self.evaluation_slots or self.evaluation_wait_seconds <= 0:
+            raise ValueError(
+                "--evaluation-waiting must be at least 0 and fewer than --evaluation-slots, and "
+                "--evaluation-wait-seconds positive"
+            )
         if self.upload_slots + self.evaluation_slots >= workers:
             raise ValueError(
                 f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "

@@ -7,9 +7,14 @@ every thread of the pool; ``ListModels``, the controller's ``Describe`` and heal
 timed out until the streams were cancelled. :class:`StreamGuard` bounds every method whose responses
 stream:
 
-* **a budget** of ``slots`` streams open at once, fail-fast: one more is answered at once with
-  RESOURCE_EXHAUSTED and the ``retry-after-s`` hint; a slot is returned when the call ends, however
-  it ends (``context.add_callback``);
+* **a budget** of ``slots`` streams open at once, shared between callers (issue 29): when every
+  slot is taken, a caller that holds at least two streams fewer than the caller holding the most
+  gets a slot, and that caller's oldest stream is cancelled; any other caller is answered at once
+  with RESOURCE_EXHAUSTED and the ``retry-after-s`` hint. Callers are counted as evaluations count
+  them (``server.common.fair_share.caller_key``: a client certificate, else the remote address, else
+  on loopback the connection; health needs no token, so tokens do not name stream callers). A slot
+  is returned when the call ends, however it ends (``context.add_callback``), or when the guard
+  cancels it;
 * **threads of their own**: a stream whose behaviour blocks (reflection waits in its thread for the
   next request) runs on the guard's pool of ``slots + SPARE_THREADS`` threads
   (grpc's ``experimental_thread_pool``), never on the server's pool, so no stream takes a thread
@@ -19,8 +24,9 @@ stream:
   watches again), and a stream that also reads requests (reflection) when no request has come for
   ``idle_seconds``. One watcher thread serves every stream.
 
-Limits: the budget is shared by all callers, so a caller holding every slot keeps other *streams*
-out (for at most ``lifetime_seconds``), never unary calls. ``--max-concurrent-rpcs`` counts the
+Limits: one caller can no longer keep another's streams out; a caller that opens streams from
+many connections on loopback (or from many addresses) counts as many callers, and may cancel others'
+streams down to an even split. Streams never keep unary calls out. ``--max-concurrent-rpcs`` counts the
 blocking streams too: it must exceed ``slots`` plus the pool's threads (``ServerOptions`` checks).
 """
 
@@ -30,6 +36,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ from dataclasses import dataclass
 import grpc
 
 from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
+from petlab.server.common.fair_share import caller_key
 from petlab.server.common.handlers import RESPONSE_STREAMS, Behavior, is_non_blocking, rewrap
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,7 @@ class StreamLimits:
 class _Stream:
     method: str
     context: grpc.ServicerContext
+    caller: str  # whom the stream's slot counts against (server.common.fair_share.caller_key)
     ends: float  # the lifetime's end
     idle_seconds: float | None  # None: the stream reads no requests
     last_request: float
@@ -69,7 +78,6 @@ class StreamGuard(grpc.ServerInterceptor):
 
     def __init__(self, limits: StreamLimits, clock: Callable[[], float] = time.monotonic):
         self.limits, self._clock = limits, clock
-        self._slots = threading.BoundedSemaphore(limits.slots)
         self.pool = ThreadPoolExecutor(limits.slots + SPARE_THREADS, thread_name_prefix="petlab-stream")
         self._open: dict[int, _Stream] = {}
         self._ids = itertools.count()
@@ -95,14 +103,10 @@ class StreamGuard(grpc.ServerInterceptor):
         return rewrap(handler, lambda behavior: self._guarded(behavior, method, reads), RESPONSE_STREAMS)
 
     def _guarded(self, behavior: Behavior, method: str, reads_requests: bool) -> Behavior:
+        non_blocking = is_non_blocking(behavior)
+
         def guarded(request, context, *callback):
-            if not self._slots.acquire(blocking=False):
-                refuse_busy(
-                    context,
-                    f"the server has {self.limits.slots} streams open, its limit; "
-                    f"retry in {RETRY_AFTER_SECONDS} seconds",
-                )
-            stream_id = self._register(method, context, reads_requests)
+            stream_id, victim = self._admit(method, context, reads_requests)
             released = threading.Event()
 
             def release() -> None:
@@ -110,31 +114,66 @@ class StreamGuard(grpc.ServerInterceptor):
                     released.set()
                     with self._wake:
                         self._open.pop(stream_id, None)
-                    self._slots.release()
 
             if not context.add_callback(release):  # the call has already ended
                 release()
             if reads_requests:
                 request = self._tracked(stream_id, request)
-            return behavior(request, context, *callback)
+            if victim is None:
+                return behavior(request, context, *callback)
+            if not non_blocking:  # runs as long as the stream: make room first
+                _cancel(victim)
+                return behavior(request, context, *callback)
+            try:  # grpc's health servicer sends a watcher's first status holding its lock, and a
+                # stream that closes meanwhile blocks grpc's event loop on that lock (issue 29):
+                # the victim goes once this stream's first answer is out
+                return behavior(request, context, *callback)
+            finally:
+                _cancel(victim)
 
-        if not is_non_blocking(behavior) and not hasattr(behavior, "experimental_thread_pool"):
+        if not non_blocking and not hasattr(behavior, "experimental_thread_pool"):
             guarded.experimental_thread_pool = self.pool  # type: ignore[attr-defined]
         return guarded
 
-    def _register(self, method: str, context, reads_requests: bool) -> int:
-        now = self._clock()
-        stream = _Stream(
+    def _admit(self, method: str, context, reads_requests: bool) -> tuple[int, _Stream | None]:
+        """A slot for this stream (its id). When none is free, the caller holding the most streams
+        gives up its oldest (returned, for the caller to cancel) if it holds at least two more than
+        this caller; else the call is refused."""
+        caller, now = caller_key(context), self._clock()
+        with self._wake:
+            full = len(self._open) >= self.limits.slots
+            victim = self._make_room(caller) if full else None
+            refused = full and victim is None
+            stream_id = -1 if refused else self._open_stream(method, context, caller, now, reads_requests)
+        if refused:
+            refuse_busy(
+                context,
+                f"the server has {self.limits.slots} streams open, its limit, and you hold your "
+                f"share of them; retry in {RETRY_AFTER_SECONDS} seconds",
+            )
+        return stream_id, victim
+
+    def _make_room(self, caller: str) -> _Stream | None:
+        """Under ``_wake``, every slot taken: the oldest stream of the caller holding the most,
+        removed, if that caller holds at least two more than ``caller``; else None."""
+        held = Counter(stream.caller for stream in self._open.values())
+        hog, most = max(held.items(), key=lambda item: item[1])
+        if most <= held[caller] + 1:
+            return None
+        return self._open.pop(min(sid for sid, stream in self._open.items() if stream.caller == hog))
+
+    def _open_stream(self, method: str, context, caller: str, now: float, reads_requests: bool) -> int:
+        """Record a stream holding a slot (under ``_wake``)."""
+        stream_id = next(self._ids)
+        self._open[stream_id] = _Stream(
             method,
             context,
+            caller,
             now + self.limits.lifetime_seconds,
             self.limits.idle_seconds if reads_requests else None,
             now,
         )
-        stream_id = next(self._ids)
-        with self._wake:
-            self._open[stream_id] = stream
-            self._wake.notify()
+        self._wake.notify()
         return stream_id
 
     def _tracked(self, stream_id: int, requests: Iterator) -> Iterator:
@@ -154,7 +193,7 @@ class StreamGuard(grpc.ServerInterceptor):
                 now = self._clock()
                 late = [(sid, s, _reason(s, now)) for sid, s in self._open.items() if _reason(s, now)]
                 for sid, _, _ in late:
-                    del self._open[sid]  # the slot comes back through the call's callback
+                    del self._open[sid]  # its slot is free: the call is cancelled below
                 if not late:
                     ends = [_next_end(s) for s in self._open.values()]
                     self._wake.wait(timeout=max(min(ends) - now, 0.05) if ends else None)
@@ -162,6 +201,11 @@ class StreamGuard(grpc.ServerInterceptor):
             for _, stream, reason in late:
                 log.info("%s stream cancelled: %s", stream.method, reason)
                 stream.context.cancel()
+
+
+def _cancel(victim: _Stream) -> None:
+    log.info("%s stream cancelled: its caller held the most streams, another came", victim.method)
+    victim.context.cancel()
 
 
 def _next_end(stream: _Stream) -> float:

@@ -76,7 +76,27 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "concurrent key uploads; more are refused at once (RESOURCE_EXHAUSTED)",
     )
     add_env_option(
-        serve, "--evaluation-slots", int, 3, "classifications running or waiting; more are refused at once"
+        serve,
+        "--evaluation-slots",
+        int,
+        3,
+        "threads for classifications: running, queued for the model, or waiting for a fair share "
+        "(--evaluation-waiting of them); shared fairly between callers",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-waiting",
+        int,
+        1,
+        "of --evaluation-slots, places where a caller under its fair share waits for another to "
+        "end (0: none, such callers are refused at once)",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-wait-seconds",
+        float,
+        30.0,
+        "longest wait for an evaluation slot; then RESOURCE_EXHAUSTED with a retry hint",
     )
     add_env_option(
         serve, "--upload-first-chunk-seconds", float, 10.0, "an upload with no chunk by then is cancelled"
@@ -129,6 +149,8 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "limits": ServiceLimits(
             upload_slots=args.upload_slots,
             evaluation_slots=args.evaluation_slots,
+            evaluation_waiting=args.evaluation_waiting,
+            evaluation_wait_seconds=args.evaluation_wait_seconds,
             first_chunk_seconds=args.upload_first_chunk_seconds,
             min_bytes_per_second=args.upload_min_kib_per_second * 1024,
             owner_upload_slots=args.owner_upload_slots,

@@ -21,6 +21,8 @@ not know which.
 Every call first names its owner (``server.common.callers``): with tokens or client certificates
 configured, an unidentified call is UNAUTHENTICATED, a key id is found only for the owner who
 registered it, and each owner's uploads and evaluations take a per-owner slot before a shared one.
+Evaluation slots are shared fairly between callers, anonymous ones included
+(``server.common.fair_share``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
 from petlab.server.common.call_log import logged_stream_in, logged_unary
 from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.fair_share import FairSlots, caller_key
 from petlab.server.common.rpc_errors import abort, model_named
 from petlab.server.knn.evaluators import (
     KEY_CACHE_ENTRIES,
@@ -131,7 +134,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         self._identities = identities or CallerIdentities()
         enforced = self._identities.enforced
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
-        self._evaluation_slots = Slots(self._limits.evaluation_slots, "evaluations")
+        self._evaluation_slots = FairSlots(  # the room's threads are evaluation slots too
+            self._limits.evaluation_slots - self._limits.evaluation_waiting,
+            "evaluations",
+            self._limits.evaluation_waiting,
+            self._limits.evaluation_wait_seconds,
+        )
         self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
         self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
         self._checked_keys: set[str] = set()  # stored key ids whose file this process has checked
@@ -247,7 +255,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     @logged_unary
     def Classify(self, request, context):
         owner = self._identities.owner(context)
-        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+        with (
+            self._owner_evaluations.held(owner, context),
+            self._evaluation_slots.held(self._fair_caller(owner, context), context),
+        ):
             hosted = self._model(request.model, context)
             (answer,) = self._evaluate(hosted, request.key_id, [request.encrypted_query], context, owner)
             return knn_pb2.ClassifyResponse(encrypted_class=answer)
@@ -255,7 +266,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     @logged_unary
     def ClassifyBatch(self, request, context):
         owner = self._identities.owner(context)
-        with self._owner_evaluations.held(owner, context), self._evaluation_slots.held(context):
+        with (
+            self._owner_evaluations.held(owner, context),
+            self._evaluation_slots.held(self._fair_caller(owner, context), context),
+        ):
             hosted = self._model(request.model, context)
             if not request.encrypted_queries:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
@@ -268,6 +282,11 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             return knn_pb2.ClassifyBatchResponse(encrypted_classes=answers)
 
     # ------------------------------------------------------------------ helpers
+
+    def _fair_caller(self, owner: str, context) -> str:
+        """Whom evaluation slots are shared between (``server.common.fair_share``): the owner when
+        callers are identified, else the anonymous caller's address or connection."""
+        return caller_key(context, owner if self._identities.enforced else None)
 
     def _evaluate(
         self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context, owner: str
