@@ -11,6 +11,7 @@ from petlab.crypto.knn import condensation
 from petlab.crypto.knn.condensation import choose_size, size_ladder
 from petlab.crypto.knn.families import classify_clear, compile_plan, default_config
 from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo import reference
 from petlab.crypto.knn.thermo.encoding import thermometer
 from petlab.experiments import knn_accuracy
 from petlab.server.knn.datasets import Dataset, bundled_public_bounds, load_bundled, owner_settings
@@ -18,7 +19,7 @@ from petlab.server.knn.datasets import Dataset, bundled_public_bounds, load_bund
 
 @pytest.fixture(scope="module")
 def wine_model():
-    train, test = load_bundled("wine").split(seed=0)
+    train, test = load_bundled("wine").split(seed=1)
     settings = owner_settings("wine")
     model = build_model(
         "wine", train.features, train.labels, settings, public_bounds=bundled_public_bounds("wine")
@@ -38,7 +39,7 @@ def test_the_condensed_size_never_depends_on_a_test_row(monkeypatch):
         return model
 
     monkeypatch.setattr(knn_accuracy, "build_model", recording_build_model)
-    knn_accuracy.split_rows("wine", 0, 40, 3, ("thermo",))
+    knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
 
     def split_with_other_test_rows(self, test_fraction=0.2, seed=0):
         train, test = original_split(self, test_fraction, seed)
@@ -48,7 +49,7 @@ def test_the_condensed_size_never_depends_on_a_test_row(monkeypatch):
         return train, Dataset(test.name, features, labels, test.class_names, test.feature_names)
 
     monkeypatch.setattr(Dataset, "split", split_with_other_test_rows)
-    knn_accuracy.split_rows("wine", 0, 40, 3, ("thermo",))
+    knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
     (first_train, first_labels), (second_train, second_labels) = kept
     assert len(first_train) < 142  # condensed: fewer points than wine's training split
     assert np.array_equal(first_train, second_train) and np.array_equal(first_labels, second_labels)
@@ -84,13 +85,15 @@ def test_the_ladder_stops_at_the_first_size_that_keeps_the_accuracy(monkeypatch)
 
 
 def test_wine_owner_setting_is_condensed_and_simulates_its_reference(wine_model, simulate_all):
-    """Every held-out row of split 0, in simulation, equals the clear reference, and so do
-    crafted ties: two queries equidistant from training points of different classes."""
+    """Every held-out row of split 1 and two training points' own levels, in simulation, equal the
+    clear reference; among them are ties at D_k (more than k points at distance <= D_k, counted
+    by the capped vote) between classes."""
     model, levels, training_rows = wine_model
     assert model.plan.n < training_rows
-    ties = np.array([model.plan.train[0], model.plan.train[-1]])  # a training point's own level: distance 0
-    queries = np.concatenate([levels, ties])
+    queries = np.concatenate([levels, model.plan.train[[0, -1]]])
     expected = classify_clear(model.plan, queries)
+    votes = reference.trace(model.plan, queries).votes
+    assert ((votes.sum(axis=1) > model.plan.k) & ((votes > 0).sum(axis=1) > 1)).any()
     circuit = compile_plan(model.plan, default_config("thermo"), simulation=True)
     assert np.array_equal(simulate_all(circuit, thermometer(queries, model.plan.bits), expected), expected)
 
