@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from petlab.crypto.knn.condensation import choose_size
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.families import DEFAULT_ALGORITHM, family, family_of
 from petlab.crypto.knn.quantization import MinMaxQuantizer
@@ -41,11 +42,16 @@ class KnnSettings:
     seed: int = 0
     algorithm: str = DEFAULT_ALGORITHM
     distance: DistanceChoice | None = None  # thermo only: the owner's distance (None: its default)
+    # only with n = None: keep the smallest n within this accuracy fraction of the whole training set,
+    # chosen on the training rows only (``crypto.knn.condensation``); None keeps every point
+    condense: float | None = None
 
     def __post_init__(self) -> None:
         family(self.algorithm)  # ValueError for an unknown family
         if self.distance is not None and self.algorithm != "thermo":
             raise ValueError("a distance choice applies to the thermo family only")
+        if self.condense is not None and not 0 <= self.condense < 1:
+            raise ValueError(f"condense is an accuracy tolerance in [0, 1), got {self.condense}")
         if self.n is not None and self.n < 2:
             raise ValueError(f"n must be at least 2, got {self.n}")
         if not 1 <= self.k <= (self.n if self.n is not None else self.k):
@@ -142,14 +148,18 @@ def build_model(
             )
     levels = quantizer.transform(features)
     options = {} if settings.distance is None else {"distance": settings.distance}
+    rule = family(settings.algorithm).selection_rule(settings.bits, **options)
+    n = settings.n
+    if n is None and settings.condense is not None:
+        n = choose_size(levels, labels, settings.k, n_classes, rule, settings.condense, settings.seed)
     selection = select_training_points(
         levels,
         labels,
-        len(levels) if settings.n is None else settings.n,
+        len(levels) if n is None else n,
         settings.k,
         n_classes,
         seed=settings.seed,
-        classifier=family(settings.algorithm).selection_rule(settings.bits, **options),
+        classifier=rule,
     )
     plan = family(settings.algorithm).build_plan(
         levels[selection.indices],
