@@ -50,7 +50,7 @@ lint: $(STAMP)
 
 # The documentation site, into site/; --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint docs
 	$(BIN)/python -m pytest
