@@ -96,7 +96,9 @@ def file_section(proto: descriptor_pb2.FileDescriptorProto) -> list[str]:
     notes = comments(proto)
     lines = [f"## {proto.name} (package `{proto.package}`)", ""]
     header = " ".join(
-        text for path, text in notes.items() if path in ((12,), (2,))  # syntax, package comments
+        text
+        for path, text in notes.items()
+        if path in ((12,), (2,))  # syntax, package comments
     )
     if header:
         lines += [header, ""]
