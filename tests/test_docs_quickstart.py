@@ -37,8 +37,9 @@ def code_blocks(markdown: str) -> list[tuple[str, str]]:
 
 
 def command_lines(block: str) -> list[str]:
-    """A shell block's commands: one per line, without a trailing comment."""
-    lines = (line.split("  #")[0].strip() for line in block.splitlines())
+    """A shell block's commands: one per line (a trailing backslash continues it), no comments."""
+    joined = block.replace("\\\n", " ")
+    lines = (line.split("  #")[0].strip() for line in joined.splitlines())
     return [line for line in lines if line and not line.startswith("#")]
 
 
