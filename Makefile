@@ -50,7 +50,7 @@ lint: $(STAMP)
 
 # The documentation site, into site/; --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 test: lint docs
 	$(BIN)/python -m pytest
