@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.petlab-installed
 
-.PHONY: demo test lint install clean torch
+.PHONY: demo test lint docs install clean torch
 
 # concrete-python depends on torch (only for a convolution helper we never use). On a machine
 # without an NVIDIA GPU we want the CPU-only build: torch from the public index is the CUDA build on
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(MAKE) --no-print-directory torch
-	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,docs]'
 	touch $(STAMP)
 
 torch:
@@ -48,8 +48,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+# The documentation site, into site/; --strict fails on a broken link or a page missing from the nav.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
+
+test: lint docs
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache site
