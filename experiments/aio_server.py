@@ -83,11 +83,12 @@ class AsyncHealth(health_pb2_grpc.HealthServicer):
         sent: int | None = None
         while True:
             async with self._changed:
-                await self._changed.wait_for(
-                    lambda: self._statuses.get(request.service, SERVICE_UNKNOWN) != sent
-                )
-                sent = self._statuses.get(request.service, SERVICE_UNKNOWN)
+                await self._changed.wait_for(lambda last=sent: self._status(request.service) != last)
+                sent = self._status(request.service)
             yield health_pb2.HealthCheckResponse(status=sent)  # the condition is released
+
+    def _status(self, service: str) -> int:
+        return self._statuses.get(service, SERVICE_UNKNOWN)
 
 
 class Aborted(Exception):
@@ -158,7 +159,9 @@ class ExecutorContext:
 class ExecutorKnn(knn_pb2_grpc.KnnServiceServicer):
     """The k-NN service: each call runs :class:`KnnServicer`'s method in ``pool``."""
 
-    def __init__(self, servicer: knn_pb2_grpc.KnnServiceServicer, pool: ThreadPoolExecutor, request_seconds: float):
+    def __init__(
+        self, servicer: knn_pb2_grpc.KnnServiceServicer, pool: ThreadPoolExecutor, request_seconds: float
+    ):
         self._servicer, self._pool, self._request_seconds = servicer, pool, request_seconds
 
     async def _run(self, method: Callable[[Any, Any], Any], request: Any, context) -> Any:
@@ -217,7 +220,9 @@ class AioServer:
         knn = ExecutorKnn(self.services.knn, self.pool, self.options.request_seconds)
         knn_pb2_grpc.add_KnnServiceServicer_to_server(knn, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((KNN_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME), self.server)
+        reflection.enable_server_reflection(
+            (KNN_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME), self.server
+        )
         self.port = self.server.add_insecure_port(f"{self.options.host}:{self.options.port}")
         if self.port == 0:
             raise OSError(f"could not bind {self.options.host}:{self.options.port}")
@@ -240,7 +245,9 @@ class AioServer:
 def check_prototype_options(options: ServerOptions) -> None:
     """The prototype serves plaintext k-NN on loopback only."""
     if not options.plaintext or options.analysis_data or options.cluster.enabled:
-        raise ValueError("the aio prototype serves plaintext k-NN in process only (no TLS, controller, cluster)")
+        raise ValueError(
+            "the aio prototype serves plaintext k-NN in process only (no TLS, controller, cluster)"
+        )
     if options.host not in ("127.0.0.1", "::1", "localhost"):
         raise ValueError("the aio prototype listens on loopback only")
 
