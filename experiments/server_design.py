@@ -172,16 +172,18 @@ class Latency:
     answered: int
     median_ms: float | None
     p99_ms: float | None
+    failure: str = ""  # the status of the first call that failed, if any
 
 
 async def cheap_calls(call, calls: int, timeout: float) -> Latency:
     """``calls`` calls one after another; three failures in a row end the series."""
-    times, failures = [], 0
+    times, failures, first_failure = [], 0, ""
     for _ in range(calls):
         started = time.perf_counter()
         try:
             await call(timeout)
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            first_failure = first_failure or exc.code().name
             failures += 1
             if failures >= 3:
                 break
@@ -189,8 +191,9 @@ async def cheap_calls(call, calls: int, timeout: float) -> Latency:
         failures = 0
         times.append((time.perf_counter() - started) * 1000)
     if not times:
-        return Latency(0, None, None)
-    return Latency(len(times), round(statistics.median(times), 3), round(float(np.percentile(times, 99)), 3))
+        return Latency(0, None, None, first_failure)
+    median, p99 = statistics.median(times), float(np.percentile(times, 99))
+    return Latency(len(times), round(median, 3), round(p99, 3), first_failure)
 
 
 @dataclass
@@ -208,7 +211,9 @@ class Row:
     list_answered: int
     list_median_ms: float | None
     list_p99_ms: float | None
-    sigterm_exit_seconds: float | None = None  # with every held stream open (the last level's row)
+    failure: str  # the first failed cheap call's status (Check, else ListModels)
+    # SIGTERM to exit with every held stream open (the last level's row); "killed": not in STOP_BOUND
+    sigterm_exit_seconds: float | str | None = None
 
 
 async def measure_design(
@@ -250,11 +255,14 @@ async def measure_design(
                     listed.answered,
                     listed.median_ms,
                     listed.p99_ms,
+                    checks.failure or listed.failure,
                 )
             )
             print(asdict(rows[-1]), flush=True)
         seconds = await asyncio.to_thread(process.terminate_seconds)
-        rows[-1].sigterm_exit_seconds = None if seconds is None else round(seconds, 2)
+        rows[-1].sigterm_exit_seconds = (
+            f"killed after {STOP_BOUND:.0f}" if seconds is None else round(seconds, 2)
+        )
     finally:
         await streams.close()
         await probe.close()
@@ -289,8 +297,9 @@ def markdown(rows: list[Row], command: str) -> str:
         "memory is the server's VmRSS; stop is SIGTERM to exit with every held stream open (`--grace 1`).",
         "",
         "| server | stream | streams asked | held | RSS MiB | KiB/stream | Check answered | Check median "
-        "| Check p99 | ListModels answered | ListModels median | ListModels p99 | SIGTERM to exit s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Check p99 | ListModels answered | ListModels median | ListModels p99 | first failure "
+        "| SIGTERM to exit s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for row in rows:
         values = [
@@ -306,6 +315,7 @@ def markdown(rows: list[Row], command: str) -> str:
             f"{row.list_answered}/{row.calls}",
             row.list_median_ms,
             row.list_p99_ms,
+            row.failure or None,
             row.sigterm_exit_seconds,
         ]
         lines.append("| " + " | ".join(cell(v) for v in values) + " |")
