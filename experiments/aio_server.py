@@ -81,9 +81,13 @@ class AsyncHealth(health_pb2_grpc.HealthServicer):
 
     async def Watch(self, request, context) -> AsyncIterator[health_pb2.HealthCheckResponse]:
         sent: int | None = None
+
+        def changed() -> bool:
+            return self._status(request.service) != sent
+
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda last=sent: self._status(request.service) != last)
+                await self._changed.wait_for(changed)
                 sent = self._status(request.service)
             yield health_pb2.HealthCheckResponse(status=sent)  # the condition is released
 
