@@ -9,7 +9,8 @@ Each server runs as its own process (``iris``, n = 6, k = 3, the fast family, ``
 * ``aio``: the prototype, the same flags.
 
 For each, idle health ``Watch`` streams are opened from one client connection (a second connection
-if a level needs more than ``STREAMS_PER_CONNECTION``), up to each level of ``--levels`` in turn; a
+each ``--streams-per-connection`` streams; 500 by default, so the 600 and 1000 levels come from
+two connections, two callers to the stream guard), up to each level of ``--levels`` in turn; a
 stream is *held* when its first status arrived and it is still open; it is never read again. At each
 level: the server's resident memory (``/proc/PID/status`` VmRSS), and ``--calls`` health ``Check``
 and ``ListModels`` calls, one after another on a connection of their own, each with a
@@ -121,8 +122,8 @@ class IdleStreams:
     ``ServerReflectionInfo`` (one ``list_services`` asked and answered, the request side left open:
     the sync server gives such a stream a thread of its own), then never read again."""
 
-    def __init__(self, address: str, kind: str):
-        self.address, self.kind = address, kind
+    def __init__(self, address: str, kind: str, per_connection: int = STREAMS_PER_CONNECTION):
+        self.address, self.kind, self.per_connection = address, kind, per_connection
         self.channels: list[grpc.aio.Channel] = []
         self.calls: list = []
         self.held: list = []
@@ -131,7 +132,7 @@ class IdleStreams:
         """Open streams until ``total`` were asked for; returns how many are held."""
         new = []
         while len(self.calls) < total:
-            if len(self.calls) % STREAMS_PER_CONNECTION == 0:
+            if len(self.calls) % self.per_connection == 0:
                 self.channels.append(own_connection(self.address))
             if self.kind == "health":
                 call = health_pb2_grpc.HealthStub(self.channels[-1]).Watch(
@@ -217,7 +218,13 @@ class Row:
 
 
 async def measure_design(
-    process: Process, name: str, kind: str, levels: tuple[int, ...], calls: int, timeout: float
+    process: Process,
+    name: str,
+    kind: str,
+    levels: tuple[int, ...],
+    calls: int,
+    timeout: float,
+    per_connection: int = STREAMS_PER_CONNECTION,
 ) -> list[Row]:
     probe = own_connection(process.address)
     health = health_pb2_grpc.HealthStub(probe)
@@ -229,7 +236,7 @@ async def measure_design(
     async def list_models(deadline: float) -> None:
         await knn.ListModels(knn_pb2.ListModelsRequest(), timeout=deadline)
 
-    streams = IdleStreams(process.address, kind)
+    streams = IdleStreams(process.address, kind, per_connection)
     rows: list[Row] = []
     try:
         await cheap_calls(check, 20, timeout)  # warm both paths before the baseline memory
@@ -270,7 +277,12 @@ async def measure_design(
 
 
 def measure(
-    kinds: tuple[str, ...], levels: tuple[int, ...], calls: int, timeout: float, work: Path
+    kinds: tuple[str, ...],
+    levels: tuple[int, ...],
+    calls: int,
+    timeout: float,
+    work: Path,
+    per_connection: int = STREAMS_PER_CONNECTION,
 ) -> list[Row]:
     """Each kind of stream against each design, a fresh server process for each pair."""
     rows: list[Row] = []
@@ -280,7 +292,8 @@ def measure(
             directory.mkdir(parents=True)
             process = Process(design, directory)
             try:
-                rows += asyncio.run(measure_design(process, design.name, kind, levels, calls, timeout))
+                measured = measure_design(process, design.name, kind, levels, calls, timeout, per_connection)
+                rows += asyncio.run(measured)
             finally:
                 process.kill()
     return rows
@@ -327,6 +340,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--levels", default=",".join(map(str, LEVELS)), help="idle streams to hold, in turn (comma-separated)"
     )
     parser.add_argument("--kinds", default=",".join(KINDS), help="idle streams: health, reflection or both")
+    parser.add_argument(
+        "--streams-per-connection",
+        type=int,
+        default=STREAMS_PER_CONNECTION,
+        help="idle streams opened on one client connection before the next is opened",
+    )
     parser.add_argument("--calls", type=int, default=200, help="cheap calls of each kind at each level")
     parser.add_argument("--call-timeout", type=float, default=2.0, help="deadline of each cheap call, s")
     parser.add_argument("--out", type=Path, default=Path("results/server_design.csv"))
@@ -337,11 +356,13 @@ def run(args: argparse.Namespace) -> int:
     kinds = tuple(args.kinds.split(","))
     if not set(kinds) <= set(KINDS):
         raise SystemExit(f"--kinds: {', '.join(KINDS)}")
+    if not 1 <= args.streams_per_connection <= 5000:
+        raise SystemExit("--streams-per-connection must be between 1 and 5000")
     if not levels or levels[0] < 0 or levels[-1] > 5000 or not 1 <= args.calls <= 10_000:
         raise SystemExit("--levels must be between 0 and 5000, --calls between 1 and 10000")
     work = Path(tempfile.mkdtemp(prefix="petlab-server-design-"))
     try:
-        rows = measure(kinds, levels, args.calls, args.call_timeout, work)
+        rows = measure(kinds, levels, args.calls, args.call_timeout, work, args.streams_per_connection)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
