@@ -12,10 +12,10 @@ For each, idle health ``Watch`` streams are opened from one client connection (a
 each ``--streams-per-connection`` streams; 500 by default, so the 600 and 1000 levels come from
 two connections, two callers to the stream guard), up to each level of ``--levels`` in turn; a
 stream is *held* when its first status arrived and it is still open; it is never read again. At each
-level: the server's resident memory (``/proc/PID/status`` VmRSS), and ``--calls`` health ``Check``
-and ``ListModels`` calls, one after another on a connection of their own, each with a
-``--call-timeout`` deadline (median, p99 and the number answered; after three failures in a row
-the rest are counted unanswered, so a level is bounded). Last, with every held stream open:
+level: the server's resident memory and threads (``/proc/PID/status`` VmRSS, Threads), and
+``--calls`` health ``Check`` and ``ListModels`` calls, one after another on a connection of their
+own, each with a ``--call-timeout`` deadline (median, p99 and the number answered; after three failures
+in a row the rest are counted unanswered, so a level is bounded). Last, with every held stream open:
 SIGTERM, and the seconds until the process exits (killed after ``STOP_BOUND``).
 
 Memory per idle stream: (RSS at the level - RSS with none) / streams held, in KiB. Latencies are the
@@ -47,7 +47,7 @@ from petlab.protos import knn_pb2, knn_pb2_grpc
 
 SERVER = Path(sys.executable).with_name("petlab-server")
 MODEL_FLAGS = ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
-LEVELS = (0, 50, 200, 1000)
+LEVELS = (0, 50, 200, 600, 1000)
 STREAMS_PER_CONNECTION = 500
 START_BOUND = 300.0  # seconds for a server to compile its model and write its port
 FIRST_STATUS_BOUND = 10.0  # seconds for the newest streams' first statuses
@@ -87,11 +87,12 @@ class Process:
             time.sleep(0.1)
         self.address = f"127.0.0.1:{port_file.read_text().strip()}"
 
-    def rss_kib(self) -> int:
+    def status(self, field: str) -> int:
+        """A number of ``/proc/PID/status``: ``VmRSS`` (KiB), ``Threads``."""
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
+        raise RuntimeError(f"no {field} in /proc/{self.process.pid}/status")
 
     def terminate_seconds(self) -> float | None:
         """SIGTERM, then the seconds until the process exits; None if it had to be killed."""
@@ -203,6 +204,7 @@ class Row:
     stream: str
     streams_asked: int
     streams_held: int
+    threads: int
     rss_mib: float
     rss_per_stream_kib: float | None
     calls: int
@@ -241,10 +243,10 @@ async def measure_design(
     try:
         await cheap_calls(check, 20, timeout)  # warm both paths before the baseline memory
         await cheap_calls(list_models, 20, timeout)
-        baseline = process.rss_kib()
+        baseline = process.status("VmRSS")
         for level in levels:
             held = await streams.grow(level)
-            rss = process.rss_kib()
+            rss, threads = process.status("VmRSS"), process.status("Threads")
             checks = await cheap_calls(check, calls, timeout)
             listed = await cheap_calls(list_models, calls, timeout)
             rows.append(
@@ -253,6 +255,7 @@ async def measure_design(
                     kind,
                     level,
                     held,
+                    threads,
                     round(rss / 1024, 1),
                     round((rss - baseline) / held, 1) if held else None,
                     calls,
@@ -309,10 +312,10 @@ def markdown(rows: list[Row], command: str) -> str:
         f"Command: `{command}`. Machine: {os.cpu_count()} cores. Latencies in ms (client side), "
         "memory is the server's VmRSS; stop is SIGTERM to exit with every held stream open (`--grace 1`).",
         "",
-        "| server | stream | streams asked | held | RSS MiB | KiB/stream | Check answered | Check median "
-        "| Check p99 | ListModels answered | ListModels median | ListModels p99 | first failure "
-        "| SIGTERM to exit s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| server | stream | streams asked | held | threads | RSS MiB | KiB/stream | Check answered "
+        "| Check median | Check p99 | ListModels answered | ListModels median | ListModels p99 "
+        "| first failure | SIGTERM to exit s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for row in rows:
         values = [
@@ -320,6 +323,7 @@ def markdown(rows: list[Row], command: str) -> str:
             row.stream,
             row.streams_asked,
             row.streams_held,
+            row.threads,
             row.rss_mib,
             row.rss_per_stream_kib,
             f"{row.check_answered}/{row.calls}",
