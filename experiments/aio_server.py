@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from petlab.exit_status import run_program
 from petlab.protos import knn_pb2_grpc
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.app import KNN_SERVICE, ServerOptions, Services, build_services
@@ -289,4 +289,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_program(main)  # its status kept after concrete's runtime has run (petlab.exit_status)
