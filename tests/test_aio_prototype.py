@@ -1,6 +1,8 @@
 """The ``grpc.aio`` prototype (``experiments/aio_server.py``, issue 29 point 2), in process: it
 answers health, k-NN (through the executor, an abort included) and reflection, and stops within a
-bound with watchers open; its health servicer holds no lock while a watcher's send is pending."""
+bound with watchers open; its health servicer holds no lock while a watcher's send is pending, and
+20,000 status changes over a real socket never wait for a watcher that does not read (each of these
+two fails with the ``yield`` of ``AsyncHealth.Watch`` moved inside its condition)."""
 
 from __future__ import annotations
 
@@ -102,3 +104,37 @@ async def _suspended_watcher() -> None:
 
 def test_a_watcher_suspended_at_a_send_holds_no_lock():
     asyncio.run(_suspended_watcher())
+
+
+FLIPS = 20_000  # status changes: past a non-reading watcher's flow-control window (6,000 are not)
+
+
+async def _flips_past_a_non_reading_watcher() -> None:
+    server, health = grpc.aio.server(), AsyncHealth()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        await health.set("", SERVING)
+        options = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own
+        # no BDP probe: the watcher's receive window stays at its initial size instead of growing
+        small_window = [*options, ("grpc.http2.bdp_probe", 0)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=small_window) as watching:
+            health_pb2_grpc.HealthStub(watching).Watch(health_pb2.HealthCheckRequest(service=""))
+            await asyncio.sleep(0.2)  # the watcher's stream is open; it never reads
+            for flip in range(FLIPS):
+                await asyncio.wait_for(health.set("", NOT_SERVING if flip % 2 else SERVING), BOUND)
+                await asyncio.sleep(0)  # the watcher sends
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as probing:
+                request = health_pb2.HealthCheckRequest(service="")
+                answer = await health_pb2_grpc.HealthStub(probing).Check(request, timeout=BOUND)
+                assert answer.status == NOT_SERVING
+            await asyncio.wait_for(server.stop(0.5), BOUND)
+    finally:
+        await asyncio.wait_for(server.stop(None), BOUND)
+
+
+def test_health_flips_never_wait_for_a_watcher_that_does_not_read():
+    """Over a real socket: with the condition held across the send, a ``set`` waited for the
+    non-reading watcher's window (more than ``BOUND`` seconds) within 20,000 flips."""
+    asyncio.run(_flips_past_a_non_reading_watcher())
