@@ -69,6 +69,11 @@ EXPERIMENTS = (
         "petlab.experiments.audit_bench",
     ),
     Subcommand(
+        "server-design",
+        "threads or asyncio: idle health streams held, memory per stream, cheap-call latency, stop time",
+        "petlab.experiments.server_design",
+    ),
+    Subcommand(
         "all",
         "every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG",
         "petlab.experiments.run_all",

@@ -1,0 +1,380 @@
+"""Threads or asyncio for the data owner's server (issue 29, point 2): today's ``petlab-server`` and
+the ``grpc.aio`` prototype (``experiments/aio_server.py``), measured in the same run on loopback.
+
+Each server runs as its own process (``iris``, n = 6, k = 3, the fast family, ``--grace 1``):
+
+* ``sync``: ``petlab-server serve`` as shipped (``--stream-slots 8``);
+* ``sync-raised``: the same with ``--stream-slots`` raised to hold every stream asked for (and
+  ``--max-concurrent-rpcs`` above it, as ``ServerOptions`` requires);
+* ``aio``: the prototype, the same flags.
+
+For each, idle health ``Watch`` streams are opened from one client connection (a second connection
+each ``--streams-per-connection`` streams; 500 by default, so the 600 and 1000 levels come from
+two connections, two callers to the stream guard), up to each level of ``--levels`` in turn; a
+stream is *held* when its first status arrived and it is still open; it is never read again. At each
+level: the server's resident memory and threads (``/proc/PID/status`` VmRSS, Threads), and
+``--calls`` health ``Check`` and ``ListModels`` calls, one after another on a connection of their
+own, each with a ``--call-timeout`` deadline (median, p99 and the number answered; after three failures
+in a row the rest are counted unanswered, so a level is bounded). Last, with every held stream open:
+SIGTERM, and the seconds until the process exits (killed after ``STOP_BOUND``).
+
+Memory per idle stream: (RSS at the level - RSS with none) / streams held, in KiB. Latencies are the
+client's (grpc.aio, in this process), so they include the client's own event loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from petlab.protos import knn_pb2, knn_pb2_grpc
+
+SERVER = Path(sys.executable).with_name("petlab-server")
+MODEL_FLAGS = ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
+LEVELS = (0, 50, 200, 600, 1000)
+STREAMS_PER_CONNECTION = 500
+START_BOUND = 300.0  # seconds for a server to compile its model and write its port
+FIRST_STATUS_BOUND = 10.0  # seconds for the newest streams' first statuses
+STOP_BOUND = 30.0  # seconds after SIGTERM before the process is killed
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    command: list[str]
+
+
+def designs(max_streams: int) -> list[Design]:
+    raised = ["--stream-slots", str(max_streams), "--max-concurrent-rpcs", str(max_streams + 64)]
+    aio = [sys.executable, "-m", "petlab.experiments.aio_server"]
+    return [
+        Design("sync", [str(SERVER), "serve", *MODEL_FLAGS]),
+        Design("sync-raised", [str(SERVER), "serve", *MODEL_FLAGS, *raised]),
+        Design("aio", [*aio, *MODEL_FLAGS]),
+    ]
+
+
+class Process:
+    """One server process on a free loopback port; :meth:`kill` always ends it."""
+
+    def __init__(self, design: Design, directory: Path):
+        port_file, self.log = directory / "port", directory / "server.log"
+        command = [*design.command, "--port", "0", "--port-file", str(port_file)]
+        command += ["--data-dir", str(directory / "data")]
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_BOUND
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{design.name} did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
+
+    def status(self, field: str) -> int:
+        """A number of ``/proc/PID/status``: ``VmRSS`` (KiB), ``Threads``."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no {field} in /proc/{self.process.pid}/status")
+
+    def terminate_seconds(self) -> float | None:
+        """SIGTERM, then the seconds until the process exits; None if it had to be killed."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_BOUND)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+
+def own_connection(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+KINDS = ("health", "reflection")
+
+
+class IdleStreams:
+    """Idle response streams: health ``Watch`` (first status read) or reflection
+    ``ServerReflectionInfo`` (one ``list_services`` asked and answered, the request side left open:
+    the sync server gives such a stream a thread of its own), then never read again."""
+
+    def __init__(self, address: str, kind: str, per_connection: int = STREAMS_PER_CONNECTION):
+        self.address, self.kind, self.per_connection = address, kind, per_connection
+        self.channels: list[grpc.aio.Channel] = []
+        self.calls: list = []
+        self.held: list = []
+
+    async def grow(self, total: int) -> int:
+        """Open streams until ``total`` were asked for; returns how many are held."""
+        new = []
+        while len(self.calls) < total:
+            if len(self.calls) % self.per_connection == 0:
+                self.channels.append(own_connection(self.address))
+            if self.kind == "health":
+                call = health_pb2_grpc.HealthStub(self.channels[-1]).Watch(
+                    health_pb2.HealthCheckRequest(service="")
+                )
+            else:
+                call = reflection_pb2_grpc.ServerReflectionStub(self.channels[-1]).ServerReflectionInfo()
+            self.calls.append(call)
+            new.append(call)
+
+        async def first(call) -> bool:
+            try:
+                if self.kind == "reflection":
+                    request = reflection_pb2.ServerReflectionRequest(list_services="")
+                    await asyncio.wait_for(call.write(request), FIRST_STATUS_BOUND)
+                response = await asyncio.wait_for(call.read(), FIRST_STATUS_BOUND)
+            except (TimeoutError, grpc.aio.AioRpcError):
+                return False
+            if response is grpc.aio.EOF:
+                return False
+            return self.kind == "reflection" or response.status == health_pb2.HealthCheckResponse.SERVING
+
+        answered = await asyncio.gather(*(first(call) for call in new))
+        self.held += [call for call, ok in zip(new, answered, strict=True) if ok]
+        await asyncio.sleep(0.5)  # a stream the server evicts after its first status ends here
+        self.held = [call for call in self.held if not call.done()]
+        return len(self.held)
+
+    async def close(self) -> None:
+        for call in self.calls:
+            call.cancel()
+        for channel in self.channels:
+            await channel.close()
+
+
+@dataclass
+class Latency:
+    answered: int
+    median_ms: float | None
+    p99_ms: float | None
+    failure: str = ""  # the status of the first call that failed, if any
+
+
+async def cheap_calls(call, calls: int, timeout: float) -> Latency:
+    """``calls`` calls one after another; three failures in a row end the series."""
+    times, failures, first_failure = [], 0, ""
+    for _ in range(calls):
+        started = time.perf_counter()
+        try:
+            await call(timeout)
+        except grpc.aio.AioRpcError as exc:
+            first_failure = first_failure or exc.code().name
+            failures += 1
+            if failures >= 3:
+                break
+            continue
+        failures = 0
+        times.append((time.perf_counter() - started) * 1000)
+    if not times:
+        return Latency(0, None, None, first_failure)
+    median, p99 = statistics.median(times), float(np.percentile(times, 99))
+    return Latency(len(times), round(median, 3), round(p99, 3), first_failure)
+
+
+@dataclass
+class Row:
+    server: str
+    stream: str
+    streams_asked: int
+    streams_held: int
+    threads: int
+    rss_mib: float
+    rss_per_stream_kib: float | None
+    calls: int
+    check_answered: int
+    check_median_ms: float | None
+    check_p99_ms: float | None
+    list_answered: int
+    list_median_ms: float | None
+    list_p99_ms: float | None
+    failure: str  # the first failed cheap call's status (Check, else ListModels)
+    # SIGTERM to exit with every held stream open (the last level's row); "killed": not in STOP_BOUND
+    sigterm_exit_seconds: float | str | None = None
+
+
+async def measure_design(
+    process: Process,
+    name: str,
+    kind: str,
+    levels: tuple[int, ...],
+    calls: int,
+    timeout: float,
+    per_connection: int = STREAMS_PER_CONNECTION,
+) -> list[Row]:
+    probe = own_connection(process.address)
+    health = health_pb2_grpc.HealthStub(probe)
+    knn = knn_pb2_grpc.KnnServiceStub(probe)
+
+    async def check(deadline: float) -> None:
+        await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=deadline)
+
+    async def list_models(deadline: float) -> None:
+        await knn.ListModels(knn_pb2.ListModelsRequest(), timeout=deadline)
+
+    streams = IdleStreams(process.address, kind, per_connection)
+    rows: list[Row] = []
+    try:
+        await cheap_calls(check, 20, timeout)  # warm both paths before the baseline memory
+        await cheap_calls(list_models, 20, timeout)
+        baseline = process.status("VmRSS")
+        for level in levels:
+            held = await streams.grow(level)
+            rss, threads = process.status("VmRSS"), process.status("Threads")
+            checks = await cheap_calls(check, calls, timeout)
+            listed = await cheap_calls(list_models, calls, timeout)
+            rows.append(
+                Row(
+                    name,
+                    kind,
+                    level,
+                    held,
+                    threads,
+                    round(rss / 1024, 1),
+                    round((rss - baseline) / held, 1) if held else None,
+                    calls,
+                    checks.answered,
+                    checks.median_ms,
+                    checks.p99_ms,
+                    listed.answered,
+                    listed.median_ms,
+                    listed.p99_ms,
+                    checks.failure or listed.failure,
+                )
+            )
+            print(asdict(rows[-1]), flush=True)
+        seconds = await asyncio.to_thread(process.terminate_seconds)
+        rows[-1].sigterm_exit_seconds = (
+            f"killed after {STOP_BOUND:.0f}" if seconds is None else round(seconds, 2)
+        )
+    finally:
+        await streams.close()
+        await probe.close()
+    return rows
+
+
+def measure(
+    kinds: tuple[str, ...],
+    levels: tuple[int, ...],
+    calls: int,
+    timeout: float,
+    work: Path,
+    per_connection: int = STREAMS_PER_CONNECTION,
+) -> list[Row]:
+    """Each kind of stream against each design, a fresh server process for each pair."""
+    rows: list[Row] = []
+    for kind in kinds:
+        for design in designs(max(levels)):
+            directory = work / f"{design.name}-{kind}"
+            directory.mkdir(parents=True)
+            process = Process(design, directory)
+            try:
+                measured = measure_design(process, design.name, kind, levels, calls, timeout, per_connection)
+                rows += asyncio.run(measured)
+            finally:
+                process.kill()
+    return rows
+
+
+def markdown(rows: list[Row], command: str) -> str:
+    def cell(value) -> str:
+        return "–" if value is None else str(value)
+
+    lines = [
+        "# Threads or asyncio: idle response streams against cheap calls",
+        "",
+        f"Command: `{command}`. Machine: {os.cpu_count()} cores. Latencies in ms (client side), "
+        "memory is the server's VmRSS; stop is SIGTERM to exit with every held stream open (`--grace 1`).",
+        "",
+        "| server | stream | streams asked | held | threads | RSS MiB | KiB/stream | Check answered "
+        "| Check median | Check p99 | ListModels answered | ListModels median | ListModels p99 "
+        "| first failure | SIGTERM to exit s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        values = [
+            row.server,
+            row.stream,
+            row.streams_asked,
+            row.streams_held,
+            row.threads,
+            row.rss_mib,
+            row.rss_per_stream_kib,
+            f"{row.check_answered}/{row.calls}",
+            row.check_median_ms,
+            row.check_p99_ms,
+            f"{row.list_answered}/{row.calls}",
+            row.list_median_ms,
+            row.list_p99_ms,
+            row.failure or None,
+            row.sigterm_exit_seconds,
+        ]
+        lines.append("| " + " | ".join(cell(v) for v in values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--levels", default=",".join(map(str, LEVELS)), help="idle streams to hold, in turn (comma-separated)"
+    )
+    parser.add_argument("--kinds", default=",".join(KINDS), help="idle streams: health, reflection or both")
+    parser.add_argument(
+        "--streams-per-connection",
+        type=int,
+        default=STREAMS_PER_CONNECTION,
+        help="idle streams opened on one client connection before the next is opened",
+    )
+    parser.add_argument("--calls", type=int, default=200, help="cheap calls of each kind at each level")
+    parser.add_argument("--call-timeout", type=float, default=2.0, help="deadline of each cheap call, s")
+    parser.add_argument("--out", type=Path, default=Path("results/server_design.csv"))
+
+
+def run(args: argparse.Namespace) -> int:
+    levels = tuple(sorted(int(level) for level in args.levels.split(",")))
+    kinds = tuple(args.kinds.split(","))
+    if not set(kinds) <= set(KINDS):
+        raise SystemExit(f"--kinds: {', '.join(KINDS)}")
+    if not 1 <= args.streams_per_connection <= 5000:
+        raise SystemExit("--streams-per-connection must be between 1 and 5000")
+    if not levels or levels[0] < 0 or levels[-1] > 5000 or not 1 <= args.calls <= 10_000:
+        raise SystemExit("--levels must be between 0 and 5000, --calls between 1 and 10000")
+    work = Path(tempfile.mkdtemp(prefix="petlab-server-design-"))
+    try:
+        rows = measure(kinds, levels, args.calls, args.call_timeout, work, args.streams_per_connection)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+    command = "petlab-experiments server-design " + " ".join(sys.argv[2:])
+    args.out.with_suffix(".md").write_text(markdown(rows, command.strip()))
+    print(args.out.with_suffix(".md").read_text())
+    return 0
