@@ -17,27 +17,31 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-import grpc
-import numpy as np
-import pandas as pd
-from tqdm import tqdm
-
-from petlab.client.channel import make_channel
 from petlab.client.files import default_cache_dir
+from petlab.errors import BadInput, PetlabError, reading_input
 from petlab.exit_status import run_program
-from petlab.owner_only import UnsafeDirectory
-from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.subcommands import quiet_dependency_warnings
+from petlab.subcommands import add_commands, guarded, new_parser, quiet_dependency_warnings
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from petlab.client.knn_client import CallStats, KnnRemote
+    from petlab.protos import knn_pb2
+
+# numpy, pandas, grpc and the protos are imported where used: --help and a usage error stay fast.
 
 
-class UserError(Exception):
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+class UserError(BadInput):
     """A mistake in what the user asked for: one line on stderr and exit status 2."""
 
 
 def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
+    import numpy as np
+    import pandas as pd
+
     if args.features:
         try:
             row = [float(v) for v in args.features.split(",")]
@@ -84,12 +88,10 @@ def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="petlab-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = new_parser("petlab-client", __doc__)
+    commands = add_commands(parser)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", required=True, help="HOST:PORT of the data owner's server")
+    common.add_argument("--server", default=DEFAULT_SERVER, help="HOST:PORT of the data owner's server")
     common.add_argument("--timeout", type=float, default=600.0, help="per-call deadline, seconds")
     common.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
     common.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         ("paillier-classify", "interactive Paillier baseline"),
     ):
         command = commands.add_parser(name, parents=[common], help=text)
-        command.add_argument("--model", required=True)
+        command.add_argument("--model", required=True, help="the model's name (see the models command)")
         rows = command.add_mutually_exclusive_group(required=True)
         rows.add_argument("--features", help="comma-separated feature values of one record")
         rows.add_argument("--csv", type=Path, help="a CSV of records, one class printed per row")
@@ -123,28 +125,25 @@ def main(argv: list[str] | None = None) -> int:
             "--cache-dir",
             type=Path,
             default=default_cache_dir(),
-            help="key cache (default $PETLAB_CLIENT_CACHE or ~/.cache/petlab)",
+            help="key cache directory [env PETLAB_CLIENT_CACHE]",
         )
         command.add_argument("--quiet", action="store_true", help="no progress output")
     args = parser.parse_args(argv)
-    quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
-    from petlab.client.parameter_check import WeakParameters
+    return guarded("petlab-client", lambda: _main(args))
 
-    try:
+
+def _main(args: argparse.Namespace) -> int:
+    quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
+    from petlab.client.channel import make_channel
+
+    with reading_input():  # a malformed or exposed token
         channel = make_channel(
             args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token, args.insecure_token
         )
-    except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed or exposed token
-        print(f"petlab-client: {exc}", file=sys.stderr)
-        return 2
     try:
         return run(args, channel)
-    except grpc.RpcError as exc:
-        print(f"petlab-client: {exc.code().name}: {exc.details()}", file=sys.stderr)
-        return 1
-    except (UserError, UnsafeDirectory, WeakParameters) as exc:
-        print(f"petlab-client: {exc}", file=sys.stderr)
-        return 2
+    except PetlabError:
+        raise  # told by guarded(), with its status
     except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
         print(f"petlab-client: refusing the server's answer: {exc}", file=sys.stderr)
         return 1
@@ -153,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, channel) -> int:
+    from tqdm import tqdm
+
     from petlab.client.knn_client import KnnRemote
     from petlab.client.paillier_client import paillier_classify
     from petlab.crypto.paillier_knn import generate_keypair
+    from petlab.protos import knn_pb2, knn_pb2_grpc
 
     if args.command == "models":
         for info in (

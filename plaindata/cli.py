@@ -45,11 +45,7 @@ COMMANDS = (
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        return run("petlab-synth", __doc__, COMMANDS, argv)
-    except (OSError, ValueError, RuntimeError) as error:
-        print(f"petlab-synth: error: {error}", file=sys.stderr)
-        return 2
+    return run("petlab-synth", __doc__, COMMANDS, argv)
 
 
 def program() -> NoReturn:

@@ -81,7 +81,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "a stream that reads requests (reflection) and gets none this long is cancelled",
     )
     add_env_option(
-        serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", "GRACE_SECONDS"
+        serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", old="GRACE_SECONDS"
     )
     add_knn_arguments(serve)
     add_analysis_arguments(serve)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from petlab.errors import BadInput
 from petlab.plaindata.onthemap.commute_data import generate, load_lodes
 
 
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
-        raise ValueError("--workers must be at least 1")
+        raise BadInput("--workers must be at least 1")
     data = generate(args.workers, args.seed, show_progress=args.workers >= 100_000)
     od_path, crosswalk_path = data.write(args.out)
     frame = load_lodes(od_path, crosswalk_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from petlab.errors import BadInput, reading_input
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.commands.common import DIAGNOSTICS_HELP, print_report, save_diagnostics
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
@@ -66,28 +67,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     data_path = args.data or acs_sample_path()
-    frame = pd.read_csv(data_path)
-    schema = load_domains(args.domains or acs_domains_path())
-    if args.domains is None and set(frame.columns) != set(schema.names):
-        raise ValueError(
-            f"{data_path} does not have the ACS attributes; give its public domains with --domains"
+    with reading_input():
+        frame = pd.read_csv(data_path)
+        schema = load_domains(args.domains or acs_domains_path())
+        if args.domains is None and set(frame.columns) != set(schema.names):
+            raise BadInput(
+                f"{data_path} does not have the ACS attributes; give its public domains with --domains"
+            )
+        if args.count < 1:
+            raise BadInput("--count must be at least 1")
+        limit = candidate_limit(args.count, args.max_candidates)
+        config = PlausibleConfig(
+            k=args.k,
+            gamma=args.gamma,
+            omega=args.omega,
+            eps0=args.eps0 if args.test == 2 else None,
+            t=args.t,
+            model_epsilon=args.model_eps,
+            model_delta=args.model_delta,
+            max_cost=args.max_cost,
+            max_plausible=args.max_plausible,
+            max_check_plausible=args.max_check_plausible,
         )
-    if args.count < 1:
-        raise ValueError("--count must be at least 1")
-    limit = candidate_limit(args.count, args.max_candidates)
-    config = PlausibleConfig(
-        k=args.k,
-        gamma=args.gamma,
-        omega=args.omega,
-        eps0=args.eps0 if args.test == 2 else None,
-        t=args.t,
-        model_epsilon=args.model_eps,
-        model_delta=args.model_delta,
-        max_cost=args.max_cost,
-        max_plausible=args.max_plausible,
-        max_check_plausible=args.max_check_plausible,
-    )
-    codes = schema.encode(frame)
+        codes = schema.encode(frame)
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()

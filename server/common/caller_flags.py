@@ -29,7 +29,7 @@ def add_identity_arguments(serve: argparse.ArgumentParser) -> None:
         None,
         "bearer tokens, lines 'owner-name token', file mode 600: every k-NN call must carry "
         "'authorization: Bearer <token>'; keys and quotas are per owner",
-        "TOKENS_FILE",
+        old="TOKENS_FILE",
     )
     add_env_option(
         serve,
