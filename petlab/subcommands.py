@@ -29,7 +29,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     examples), and no ``(default: None)`` or ``(default: False)`` where there is no default."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, [], argparse.SUPPRESS) or action.help is None:
+        if action.default in (None, False, "", [], argparse.SUPPRESS) or action.help is None:
             return action.help
         return super()._get_help_string(action)
 

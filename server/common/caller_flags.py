@@ -21,7 +21,7 @@ from petlab.server.common.environment import add_env_option
 from petlab.server.knn.key_store import OwnerQuota
 
 
-def add_identity_arguments(serve: argparse.ArgumentParser) -> None:
+def add_identity_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(
         serve,
         "--tokens",

@@ -17,7 +17,7 @@ from petlab.server.common.environment import add_env_option, add_env_switch, env
 from petlab.server.knn.datasets import BUNDLED
 
 
-def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
+def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
     serve.add_argument(
         "--model",
         action="append",
