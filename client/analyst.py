@@ -218,7 +218,8 @@ def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``petlab-analyst``'s parser (also read by ``petlab.cli_reference``)."""
     parser = new_parser("petlab-analyst", __doc__)
     commands = add_commands(parser)
     c = commands.add_parser("keygen", help="make an Ed25519 key pair (private PEM written 0600)")
@@ -255,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             default=300.0 if c is run_command else 30.0,
             help="per-call deadline, seconds",
         )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return guarded("petlab-analyst", lambda: _run_command(args))
 
 

@@ -52,7 +52,7 @@ def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
                 f"model {info.name} takes {info.d} finite features ({', '.join(info.feature_names)}), "
                 f"got {len(row)}"
             )
-        return np.array([row])
+        return within_bounds(np.array([row]), info, args.allow_outside_bounds)
     try:
         frame = pd.read_csv(args.csv)
     except (OSError, ValueError) as exc:  # missing, unreadable, empty or malformed CSV
@@ -67,7 +67,32 @@ def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
             f"{args.csv}: need {info.d} numeric feature columns without gaps "
             f"(named {', '.join(names)}, or the first {info.d} numeric columns)"
         )
-    return frame.to_numpy(dtype=float)
+    return within_bounds(frame.to_numpy(dtype=float), info, args.allow_outside_bounds)
+
+
+def within_bounds(rows: np.ndarray, info: knn_pb2.ModelInfo, allow: bool) -> np.ndarray:
+    """``rows``, refused (``UserError``) when a value lies outside the model's public feature range
+    (the quantizer maps it to the range's end: the row classified would not be the row given),
+    unless ``allow``, then a warning on stderr. The range is public (the server's ``ModelInfo``)."""
+    import numpy as np
+
+    if not len(info.feature_lows) == len(info.feature_highs) == rows.shape[1]:
+        return rows  # a server that publishes no range: nothing to check against
+    low, high = np.array(info.feature_lows), np.array(info.feature_highs)
+    outside = (rows < low) | (rows > high)
+    if not outside.any():
+        return rows
+    row, column = (int(i) for i in np.argwhere(outside)[0])
+    where = f"row {row + 1}: " if len(rows) > 1 else ""
+    message = (
+        f"{where}{info.feature_names[column]} = {rows[row, column]:g} lies outside model {info.name}'s "
+        f"public range [{low[column]:g}, {high[column]:g}] ({int(outside.any(axis=1).sum())} row(s) "
+        "affected); it would be clipped to the range"
+    )
+    if not allow:
+        raise UserError(message + ": check the value, or pass --allow-outside-bounds")
+    print(f"petlab-client: warning: {message}", file=sys.stderr)
+    return rows
 
 
 def print_stats(stats: list[CallStats], header: str) -> None:
@@ -87,7 +112,8 @@ def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
     return info
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``petlab-client``'s parser (also read by ``petlab.cli_reference``)."""
     parser = new_parser("petlab-client", __doc__)
     commands = add_commands(parser)
     common = argparse.ArgumentParser(add_help=False)
@@ -99,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument(
         "--token",
         default=os.environ.get("PETLAB_TOKEN") or None,
-        help="bearer token for a server that identifies callers (default $PETLAB_TOKEN, which "
-        "other local users cannot read from the process list)",
+        help="bearer token for a server that identifies callers; prefer the variable, which other "
+        "local users cannot read from the process list [env PETLAB_TOKEN]",
     )
     common.add_argument(
         "--insecure-token",
@@ -122,13 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--stats", action="store_true", help="print latency and bytes per call")
         command.add_argument("--stats-json", type=Path, help="write per-call latency and bytes as JSON")
         command.add_argument(
-            "--cache-dir",
-            type=Path,
-            default=default_cache_dir(),
-            help="key cache directory [env PETLAB_CLIENT_CACHE]",
+            "--allow-outside-bounds",
+            action="store_true",
+            help="classify a value outside the model's public feature range (clipped to it, with a "
+            "warning) instead of refusing it",
         )
+        if name == "classify":  # the Paillier baseline keeps no keys
+            command.add_argument(
+                "--cache-dir",
+                type=Path,
+                default=default_cache_dir(),
+                help="key cache directory [env PETLAB_CLIENT_CACHE]",
+            )
         command.add_argument("--quiet", action="store_true", help="no progress output")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return guarded("petlab-client", lambda: _main(args))
 
 
@@ -170,7 +207,8 @@ def run(args, channel) -> int:
                 f"classes {', '.join(info.class_names)}"
             )
         return 0
-    remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
+    cache_dir = getattr(args, "cache_dir", None) or default_cache_dir()  # unused by the baseline
+    remote = KnnRemote(channel, args.server, cache_dir, args.timeout, not args.quiet)
     if args.command == "classify":
         info = _model_info(remote, args.model)
         rows = read_rows(args, info)  # every input checked before keys are made or uploaded

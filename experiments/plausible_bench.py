@@ -134,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         type=Path,
-        help="ACS CSV (default $PETLAB_ACS_DATA, else ../shared/data/acs13.csv, else the shipped sample)",
+        help="ACS CSV (else ../shared/data/acs13.csv, else the shipped sample) [env PETLAB_ACS_DATA]",
     )
     parser.add_argument("--candidates", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=50)

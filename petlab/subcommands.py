@@ -76,16 +76,21 @@ class _SubParser(argparse.ArgumentParser):
 
 
 def build_parser(
-    prog: str, description: str | None, table: Sequence[Subcommand], argv: Sequence[str]
+    prog: str,
+    description: str | None,
+    table: Sequence[Subcommand],
+    argv: Sequence[str],
+    every_subcommand: bool = False,
 ) -> argparse.ArgumentParser:
-    """The program's parser, with the arguments of the subcommand ``argv`` names (if any)."""
+    """The program's parser, with the arguments of the subcommand ``argv`` names (if any), or of
+    every subcommand (the reference, ``petlab.cli_reference``)."""
     parser = new_parser(prog, description)
     commands = add_commands(parser)
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for row in table:
         sub = commands.add_parser(row.name, help=row.help, description=row.help)
         sub.set_defaults(subcommand=row)
-        if row.name == chosen:
+        if every_subcommand or row.name == chosen:
             importlib.import_module(row.module).add_arguments(sub)
     return parser
 

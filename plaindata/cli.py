@@ -43,9 +43,12 @@ COMMANDS = (
 )
 
 
+DESCRIPTION = __doc__.split("\n\nEach subcommand")[0]  # the examples, without the developer's note
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return run("petlab-synth", __doc__, COMMANDS, argv)
+    return run("petlab-synth", DESCRIPTION, COMMANDS, argv)
 
 
 def program() -> NoReturn:

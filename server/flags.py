@@ -82,9 +82,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         60.0,
         "a stream that reads requests (reflection) and gets none this long is cancelled",
     )
-    add_env_option(
-        serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", old="GRACE_SECONDS"
-    )
+    add_env_option(serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown")
     add_knn_arguments(parser.add_argument_group("encrypted k-NN models"))
     add_analysis_arguments(parser.add_argument_group("analysis controller"))
     add_identity_arguments(parser.add_argument_group("callers: bearer tokens and per-owner quotas"))

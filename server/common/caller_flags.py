@@ -29,7 +29,6 @@ def add_identity_arguments(serve: argparse._ActionsContainer) -> None:
         None,
         "bearer tokens, lines 'owner-name token', file mode 600: every k-NN call must carry "
         "'authorization: Bearer <token>'; keys and quotas are per owner",
-        old="TOKENS_FILE",
     )
     add_env_option(
         serve,

@@ -13,9 +13,15 @@ from typing import Any
 
 from petlab.errors import BadInput
 
+#: Variables renamed to the rule (:func:`variable_of`): new name -> the old one, still read (when
+#: the new one is unset) with a deprecation warning on stderr.
+RENAMED = {"GRACE": "GRACE_SECONDS", "TOKENS": "TOKENS_FILE", "MODEL": "MODELS"}
 
-def env(name: str, default, old: str | None = None):
-    """``$PETLAB_<name>``, else the deprecated ``$PETLAB_<old>`` (with a warning), else ``default``."""
+
+def env(name: str, default):
+    """``$PETLAB_<name>``, else its deprecated old name (:data:`RENAMED`, with a warning), else
+    ``default``."""
+    old = RENAMED.get(name)
     value = os.environ.get(f"PETLAB_{name}")
     if value is None and old is not None and f"PETLAB_{old}" in os.environ:
         print(
@@ -26,9 +32,9 @@ def env(name: str, default, old: str | None = None):
     return default if value is None else value
 
 
-def env_flag(name: str, old: str | None = None) -> bool:
+def env_flag(name: str) -> bool:
     """A yes/no environment variable: 1/true/yes or 0/false/no (any case), unset or empty is no."""
-    value = str(env(name, "", old)).strip().lower()
+    value = str(env(name, "")).strip().lower()
     if value not in ("", "0", "1", "false", "true", "no", "yes"):
         raise BadInput(f"PETLAB_{name} must be 1/0, true/false or yes/no, not {value!r}")
     return value in ("1", "true", "yes")
@@ -46,12 +52,11 @@ def add_env_option(
     kind: Callable[[str], Any],
     default: Any,
     help: str,
-    old: str | None = None,
 ) -> None:
-    """``flag`` taking one ``kind`` value, default ``$PETLAB_<FLAG>`` (:func:`variable_of`), else
-    the deprecated ``$PETLAB_<old>`` when given, else ``default``."""
+    """``flag`` taking one ``kind`` value, default ``$PETLAB_<FLAG>`` (:func:`variable_of`; or its
+    old name, :data:`RENAMED`), else ``default``."""
     name = variable_of(flag)
-    raw = env(name, None, old)
+    raw = env(name, None)
     try:
         value = default if raw is None else kind(raw)
     except ValueError:
@@ -59,9 +64,9 @@ def add_env_option(
     parser.add_argument(flag, type=kind, default=value, help=f"{help} [env PETLAB_{name}]")
 
 
-def add_env_switch(parser: argparse._ActionsContainer, flag: str, help: str, old: str | None = None) -> None:
+def add_env_switch(parser: argparse._ActionsContainer, flag: str, help: str) -> None:
     """A yes/no ``flag``, on by default when ``$PETLAB_<FLAG>`` says yes."""
     name = variable_of(flag)
     parser.add_argument(
-        flag, action="store_true", default=env_flag(name, old), help=f"{help} [env PETLAB_{name}=1]"
+        flag, action="store_true", default=env_flag(name), help=f"{help} [env PETLAB_{name}=1]"
     )

@@ -111,7 +111,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--bounds takes NAME=FILE, got {item!r}")
         bounds[name] = Path(path)
     return {
-        "models": args.model or [m for m in str(env("MODEL", "", old="MODELS")).split(",") if m],
+        "models": args.model or [m for m in str(env("MODEL", "")).split(",") if m],
         "settings": KnnSettings(
             n=args.n,
             k=args.k,
