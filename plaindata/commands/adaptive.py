@@ -22,7 +22,12 @@ from petlab.plaindata.secure_random import release_generator
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lodes_arguments(parser)
-    parser.add_argument("--method", choices=["basic", "improved", "direct"], default="improved")
+    parser.add_argument(
+        "--method",
+        choices=["basic", "improved", "direct"],
+        default="improved",
+        help="adaptive histograms (basic or improved) or direct synthesis on the O/D pairs",
+    )
     parser.add_argument("--eps", type=float, default=1.0, help="epsilon per noisy count (see the report)")
     parser.add_argument(
         "--threshold", type=float, default=None, help="split threshold b (default ln16/eps+1)"

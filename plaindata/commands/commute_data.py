@@ -12,8 +12,8 @@ from petlab.plaindata.onthemap.commute_data import generate, load_lodes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, required=True, help="workers (jobs) in the generated data")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated data")
     parser.add_argument("--out", type=Path, required=True, help="directory for the O/D file and crosswalk")
 
 

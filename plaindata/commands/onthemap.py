@@ -29,8 +29,8 @@ from petlab.plaindata.secure_random import release_generator
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lodes_arguments(parser)
-    parser.add_argument("--eps", type=float, default=4.6)
-    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--eps", type=float, default=4.6, help="the release's privacy parameter epsilon")
+    parser.add_argument("--delta", type=float, default=1e-5, help="the release's privacy parameter delta")
     parser.add_argument("--cell-miles", type=float, default=1.0, help="grid cell for distance bands")
     add_cluster_arguments(parser)  # --cluster / --local-workers: --out is then a Parquet directory
     parser.add_argument("--partitions", type=int, help="with a cluster: default twice its workers")

@@ -42,8 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--count", type=int, required=True, help="synthetic records to release")
     parser.add_argument("--out", type=Path, required=True, help="output CSV")
-    parser.add_argument("--k", type=int, default=50)
-    parser.add_argument("--gamma", type=float, default=4.0)
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=50,
+        help="plausible-deniability threshold: a record is released only if at least k seeds "
+        "could have produced it",
+    )
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=4.0,
+        help="plausible-deniability closeness: those seeds' probabilities are within a factor gamma",
+    )
     parser.add_argument("--omega", type=int, default=9, help="attributes resampled from each seed")
     parser.add_argument("--eps0", type=float, default=1.0, help="Privacy Test 2's noise (Laplace 1/eps0)")
     parser.add_argument("--test", type=int, choices=[1, 2], default=2, help="Privacy Test 1 or 2")
@@ -51,10 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--t", type=int, help="Theorem 1's t (default: smallest eps with delta <= model delta)"
     )
     parser.add_argument("--model-eps", type=float, default=1.0, help="DP budget of the generative model")
-    parser.add_argument("--model-delta", type=float, default=2.0**-30)
+    parser.add_argument(
+        "--model-delta", type=float, default=2.0**-30, help="DP delta of the generative model"
+    )
     parser.add_argument("--max-cost", type=int, default=2000, help="cells per conditional table (eq. 6)")
-    parser.add_argument("--max-plausible", type=int)
-    parser.add_argument("--max-check-plausible", type=int)
+    parser.add_argument(
+        "--max-plausible",
+        type=int,
+        help="stop examining seeds at this many plausible ones (default: no limit)",
+    )
+    parser.add_argument(
+        "--max-check-plausible", type=int, help="examine at most this many seeds per candidate (default: all)"
+    )
     parser.add_argument(
         "--max-candidates",
         type=int,

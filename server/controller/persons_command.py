@@ -26,7 +26,6 @@ DATABASE = "sessions.sqlite"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_option(parser, "--data-dir", Path, Path("petlab-data"), "the server's data directory")
-    parser.set_defaults(action="list")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=False)
     for name, text in (
         ("list", "list the persons with a refusal or a suspension (the default action)"),
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"no controller database at {database} (check --data-dir)")
     store = SessionStore(database)
     try:
-        if args.action == "list":
+        if args.action in (None, "list"):  # `petlab-server persons` alone lists
             rows = store.persons()
             if not rows:
                 print("no person has a refusal or a suspension")
