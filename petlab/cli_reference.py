@@ -111,11 +111,12 @@ def _default(action: argparse.Action) -> str:
 
 
 def _flag(action: argparse.Action) -> Flag:
-    names = ", ".join(action.option_strings) or (action.metavar or action.dest)
+    metavar = action.metavar if isinstance(action.metavar, str) else None
+    names = ", ".join(action.option_strings) or (metavar or action.dest)
     if action.choices:
         names += " {" + ",".join(str(c) for c in action.choices) + "}"
     elif action.option_strings and action.nargs != 0:
-        names += f" {action.metavar or action.dest.upper()}"
+        names += f" {metavar or action.dest.upper()}"
     text = plain(action.help or "") or ""
     found = ENV.search(text)
     variable = found.group(1) if found else ""
