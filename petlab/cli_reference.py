@@ -238,6 +238,7 @@ def exit_status_page() -> str:
         "A file named on the command line that is missing or malformed is bad input (2); a file that",
         "cannot be written, or a port that cannot be bound, at run time is a failure (1).",
         "`petlab-analyst run` exits 3 when the controller aborts the sequence.",
+        "`petlab-client` refusing a server's weak or tampered parameters is bad input (2).",
     ]
     return "\n".join(lines) + "\n"
 
