@@ -36,7 +36,6 @@ import jsonschema
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from petlab.client.channel import make_channel
-from petlab.client.server_text import shown
 from petlab.crypto.chain.instructions import InvalidInstruction, canonical_json
 from petlab.crypto.chain.traces import (
     CertificationScope,
@@ -50,9 +49,12 @@ from petlab.crypto.chain.traces import (
     seal,
     verify_seal,
 )
+from petlab.errors import reading_input
 from petlab.exit_status import run_program
 from petlab.owner_only import write_owner_only
 from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.subcommands import add_commands, guarded, new_parser
+from petlab.terminal_text import shown
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 DOCUMENT_VERSION = 3  # instruction format 2 (16-byte salts); co-signatures scoped to a person
@@ -217,20 +219,19 @@ def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="petlab-analyst", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """``petlab-analyst``'s parser (also read by ``petlab.cli_reference``)."""
+    parser = new_parser("petlab-analyst", __doc__)
+    commands = add_commands(parser)
     c = commands.add_parser("keygen", help="make an Ed25519 key pair (private PEM written 0600)")
-    c.add_argument("--out", type=Path, default=Path("analyst.pem"))
+    c.add_argument("--out", type=Path, default=Path("analyst.pem"), help="the private key file to write")
     c = commands.add_parser("prepare", help="encode and sign a sequence of analyses")
-    c.add_argument("analyses", type=Path)
-    c.add_argument("--key", type=Path, required=True)
-    c.add_argument("--out", type=Path, default=Path("sequence.json"))
+    c.add_argument("analyses", type=Path, help="a JSON file with the list of analyses")
+    c.add_argument("--key", type=Path, required=True, help="the analyst's private key (PEM)")
+    c.add_argument("--out", type=Path, default=Path("sequence.json"), help="the sealed sequence to write")
     c = commands.add_parser("certify", help="(certification authority) check a sequence and co-sign T_0")
-    c.add_argument("sequence", type=Path)
-    c.add_argument("--policy", type=Path, required=True)
+    c.add_argument("sequence", type=Path, help="the sealed sequence (co-signed in place)")
+    c.add_argument("--policy", type=Path, required=True, help="the authority's policy (JSON)")
     c.add_argument("--key", type=Path, required=True, help="the authority's private key")
     c.add_argument(
         "--controller", type=Path, required=True, help="the controller's description (from describe)"
@@ -242,54 +243,73 @@ def main(argv: list[str] | None = None) -> int:
     )
     describe_command.add_argument("--out", type=Path, help="write the description here (default: print it)")
     run_command = commands.add_parser("run", help="open a session and reveal the sequence tit for tat")
-    run_command.add_argument("sequence", type=Path, nargs="?", default=Path("sequence.json"))
+    run_command.add_argument(
+        "sequence", type=Path, nargs="?", default=Path("sequence.json"), help="the co-signed sequence"
+    )
     for c in (describe_command, run_command):
-        c.add_argument("--server", required=True)
+        c.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT of the data owner's server")
         c.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
         c.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
         c.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
-        c.add_argument("--timeout", type=float, default=300.0 if c is run_command else 30.0)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "keygen":
-            print(f"private key {args.out} (0600), public key {keygen(args.out)}")
-        elif args.command == "prepare":
-            document = prepare(load_specs(args.analyses), load_private_key(args.key.read_bytes()))
-            write_owner_only(args.out, json.dumps(document, indent=2).encode())
-            count, first = len(document["pointers"]), document["traces"][0][:16]
-            print(f"{count} analyses sealed into {args.out}; T_0 = {first}...")
-        elif args.command == "certify":
-            document = certify(
-                json.loads(args.sequence.read_text()),
-                json.loads(args.policy.read_text()),
-                load_private_key(args.key.read_bytes()),
-                json.loads(args.controller.read_text()),
-                args.valid_days * 86400,
-                person=args.person,
-            )
-            write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
-            expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(document["certification"]["expires"]))
-            controller_id = document["certification"]["controller_id"]
-            print(
-                f"co-signed {args.sequence} for {args.person} at controller {controller_id}, until {expires}"
-            )
-        elif args.command == "describe":
-            with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
-                text = json.dumps(describe(channel, args.timeout), indent=2)
-            if args.out:
-                args.out.write_text(text + "\n")
-                print(f"controller description written to {args.out}")
-            else:  # JSON escapes the server's controls already; shown() keeps it so, our line breaks stay
-                print("\n".join(shown(line) for line in text.split("\n")))
+        c.add_argument(
+            "--timeout",
+            type=float,
+            default=300.0 if c is run_command else 30.0,
+            help="per-call deadline, seconds",
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return guarded("petlab-analyst", lambda: _run_command(args))
+
+
+def _read_json(path: Path):
+    """A JSON file the user named; malformed JSON is bad input (exit 2), a missing one too."""
+    with reading_input(str(path)):
+        return json.loads(path.read_text())
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command == "keygen":
+        print(f"private key {args.out} (0600), public key {keygen(args.out)}")
+    elif args.command == "prepare":
+        with reading_input(str(args.analyses)):
+            specs = load_specs(args.analyses)
+        with reading_input(str(args.key)):
+            key = load_private_key(args.key.read_bytes())
+        document = prepare(specs, key)
+        write_owner_only(args.out, json.dumps(document, indent=2).encode())
+        count, first = len(document["pointers"]), document["traces"][0][:16]
+        print(f"{count} analyses sealed into {args.out}; T_0 = {first}...")
+    elif args.command == "certify":
+        sequence, policy, controller = (_read_json(p) for p in (args.sequence, args.policy, args.controller))
+        with reading_input(str(args.key)):
+            key = load_private_key(args.key.read_bytes())
+        with reading_input(str(args.sequence)):
+            document = certify(sequence, policy, key, controller, args.valid_days * 86400, person=args.person)
+        write_owner_only(args.sequence, json.dumps(document, indent=2).encode())
+        expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(document["certification"]["expires"]))
+        controller_id = document["certification"]["controller_id"]
+        print(f"co-signed {args.sequence} for {args.person} at controller {controller_id}, until {expires}")
+    elif args.command == "describe":
+        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
+            text = json.dumps(describe(channel, args.timeout), indent=2)
+        if args.out:
+            args.out.write_text(text + "\n")
+            print(f"controller description written to {args.out}")
         else:
-            with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
-                return run(json.loads(args.sequence.read_text()), channel, args.timeout)
-    except grpc.RpcError as exc:
-        print(f"petlab-analyst: {exc.code().name}: {shown(exc.details())}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"petlab-analyst: {shown(exc)}", file=sys.stderr)
-        return 2
+            print(
+                "\n".join(shown(line) for line in text.split("\n"))
+            )  # JSON escapes controls; our line breaks stay
+    else:
+        document = _read_json(args.sequence)
+        with reading_input(str(args.sequence)):
+            check_version(document)
+            open_request(document)  # every field the session needs is checked before it opens
+        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
+            return run(document, channel, args.timeout)
     return 0
 
 

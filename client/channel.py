@@ -25,10 +25,11 @@ import grpc
 
 from petlab.addresses import is_loopback_address
 from petlab.client.bearer import with_token
+from petlab.errors import BadInput
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 
 
-class InsecureCredentials(ValueError):
+class InsecureCredentials(BadInput, ValueError):
     """A credential would travel where others can read it (the message says how to fix it)."""
 
 

@@ -25,12 +25,12 @@ from tqdm import tqdm
 from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
 from petlab.client.files import default_cache_dir
 from petlab.client.parameter_check import check_security
-from petlab.client.server_text import shown
 from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import encode_query, family
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.owner_only import private_directory, write_owner_only
 from petlab.protos import knn_pb2, knn_pb2_grpc
+from petlab.terminal_text import shown
 
 CHUNK_BYTES = 1 << 20
 

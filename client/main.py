@@ -17,28 +17,32 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-import grpc
-import numpy as np
-import pandas as pd
-from tqdm import tqdm
-
-from petlab.client.channel import make_channel
 from petlab.client.files import default_cache_dir
-from petlab.client.server_text import shown
+from petlab.errors import BadInput, PetlabError, reading_input
 from petlab.exit_status import run_program
-from petlab.owner_only import UnsafeDirectory
-from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.subcommands import quiet_dependency_warnings
+from petlab.subcommands import add_commands, guarded, new_parser, quiet_dependency_warnings
+from petlab.terminal_text import shown
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from petlab.client.knn_client import CallStats, KnnRemote
+    from petlab.protos import knn_pb2
+
+# numpy, pandas, grpc and the protos are imported where used: --help and a usage error stay fast.
 
 
-class UserError(Exception):
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+class UserError(BadInput):
     """A mistake in what the user asked for: one line on stderr and exit status 2."""
 
 
 def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
+    import numpy as np
+    import pandas as pd
+
     if args.features:
         try:
             row = [float(v) for v in args.features.split(",")]
@@ -49,7 +53,7 @@ def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
                 f"model {info.name} takes {info.d} finite features ({', '.join(info.feature_names)}), "
                 f"got {len(row)}"
             )
-        return np.array([row])
+        return within_bounds(np.array([row]), info, args.allow_outside_bounds)
     try:
         frame = pd.read_csv(args.csv)
     except (OSError, ValueError) as exc:  # missing, unreadable, empty or malformed CSV
@@ -64,7 +68,32 @@ def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
             f"{args.csv}: need {info.d} numeric feature columns without gaps "
             f"(named {', '.join(names)}, or the first {info.d} numeric columns)"
         )
-    return frame.to_numpy(dtype=float)
+    return within_bounds(frame.to_numpy(dtype=float), info, args.allow_outside_bounds)
+
+
+def within_bounds(rows: np.ndarray, info: knn_pb2.ModelInfo, allow: bool) -> np.ndarray:
+    """``rows``, refused (``UserError``) when a value lies outside the model's public feature range
+    (the quantizer maps it to the range's end: the row classified would not be the row given),
+    unless ``allow``, then a warning on stderr. The range is public (the server's ``ModelInfo``)."""
+    import numpy as np
+
+    if not len(info.feature_lows) == len(info.feature_highs) == rows.shape[1]:
+        return rows  # a server that publishes no range: nothing to check against
+    low, high = np.array(info.feature_lows), np.array(info.feature_highs)
+    outside = (rows < low) | (rows > high)
+    if not outside.any():
+        return rows
+    row, column = (int(i) for i in np.argwhere(outside)[0])
+    where = f"row {row + 1}: " if len(rows) > 1 else ""
+    message = (
+        f"{where}{info.feature_names[column]} = {rows[row, column]:g} lies outside model {info.name}'s "
+        f"public range [{low[column]:g}, {high[column]:g}] ({int(outside.any(axis=1).sum())} row(s) "
+        "affected); it would be clipped to the range"
+    )
+    if not allow:
+        raise UserError(message + ": check the value, or pass --allow-outside-bounds")
+    print(f"petlab-client: warning: {message}", file=sys.stderr)
+    return rows
 
 
 def print_stats(stats: list[CallStats], header: str) -> None:
@@ -84,13 +113,12 @@ def _model_info(remote: KnnRemote, name: str) -> knn_pb2.ModelInfo:
     return info
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="petlab-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """``petlab-client``'s parser (also read by ``petlab.cli_reference``)."""
+    parser = new_parser("petlab-client", __doc__)
+    commands = add_commands(parser)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", required=True, help="HOST:PORT of the data owner's server")
+    common.add_argument("--server", default=DEFAULT_SERVER, help="HOST:PORT of the data owner's server")
     common.add_argument("--timeout", type=float, default=600.0, help="per-call deadline, seconds")
     common.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
     common.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
@@ -98,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument(
         "--token",
         default=os.environ.get("PETLAB_TOKEN") or None,
-        help="bearer token for a server that identifies callers (default $PETLAB_TOKEN, which "
-        "other local users cannot read from the process list)",
+        help="bearer token for a server that identifies callers; prefer the variable, which other "
+        "local users cannot read from the process list [env PETLAB_TOKEN]",
     )
     common.add_argument(
         "--insecure-token",
@@ -114,39 +142,47 @@ def main(argv: list[str] | None = None) -> int:
         ("paillier-classify", "interactive Paillier baseline"),
     ):
         command = commands.add_parser(name, parents=[common], help=text)
-        command.add_argument("--model", required=True)
+        command.add_argument("--model", required=True, help="the model's name (see the models command)")
         rows = command.add_mutually_exclusive_group(required=True)
         rows.add_argument("--features", help="comma-separated feature values of one record")
         rows.add_argument("--csv", type=Path, help="a CSV of records, one class printed per row")
         command.add_argument("--stats", action="store_true", help="print latency and bytes per call")
         command.add_argument("--stats-json", type=Path, help="write per-call latency and bytes as JSON")
         command.add_argument(
-            "--cache-dir",
-            type=Path,
-            default=default_cache_dir(),
-            help="key cache (default $PETLAB_CLIENT_CACHE or ~/.cache/petlab)",
+            "--allow-outside-bounds",
+            action="store_true",
+            help="classify a value outside the model's public feature range (clipped to it, with a "
+            "warning) instead of refusing it",
         )
+        if name == "classify":  # the Paillier baseline keeps no keys
+            command.add_argument(
+                "--cache-dir",
+                type=Path,
+                default=default_cache_dir(),
+                help="key cache directory [env PETLAB_CLIENT_CACHE]",
+            )
         command.add_argument("--quiet", action="store_true", help="no progress output")
-    args = parser.parse_args(argv)
-    quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
-    from petlab.client.parameter_check import WeakParameters
+    return parser
 
-    try:
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return guarded("petlab-client", lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
+    quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
+    from petlab.client.channel import make_channel
+
+    with reading_input():  # a malformed or exposed token
         channel = make_channel(
             args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token, args.insecure_token
         )
-    except (OSError, ValueError) as exc:  # unreadable TLS files, a malformed or exposed token
-        print(f"petlab-client: {shown(exc)}", file=sys.stderr)
-        return 2
     try:
         return run(args, channel)
-    except grpc.RpcError as exc:
-        print(f"petlab-client: {exc.code().name}: {shown(exc.details())}", file=sys.stderr)
-        return 1
-    except (UserError, UnsafeDirectory, WeakParameters) as exc:  # may quote the server's names
-        print(f"petlab-client: {shown(exc)}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer, class)
+    except PetlabError:
+        raise  # told by guarded(), with its status
+    except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
         print(f"petlab-client: refusing the server's answer: {shown(exc)}", file=sys.stderr)
         return 1
     finally:
@@ -154,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, channel) -> int:
+    from tqdm import tqdm
+
     from petlab.client.knn_client import KnnRemote, checked_class
     from petlab.client.paillier_client import paillier_classify
     from petlab.crypto.paillier_knn import generate_keypair
+    from petlab.protos import knn_pb2, knn_pb2_grpc
 
     if args.command == "models":
         for info in (
@@ -165,13 +204,12 @@ def run(args, channel) -> int:
             .models
         ):
             print(
-                shown(
-                    f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
-                    f"classes {', '.join(info.class_names)}"
-                )
+                f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
+                f"classes {', '.join(info.class_names)}"
             )
         return 0
-    remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
+    cache_dir = getattr(args, "cache_dir", None) or default_cache_dir()  # unused by the baseline
+    remote = KnnRemote(channel, args.server, cache_dir, args.timeout, not args.quiet)
     if args.command == "classify":
         info = _model_info(remote, args.model)
         rows = read_rows(args, info)  # every input checked before keys are made or uploaded

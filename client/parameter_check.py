@@ -56,6 +56,8 @@ from typing import Any
 
 from concrete import fhe
 
+from petlab.errors import BadInput
+
 SLOPE = -0.025696778711484592
 BIAS = 2.675740240076439
 MIN_DIMENSION = 450
@@ -71,7 +73,7 @@ DOCUMENT_FIELDS = {"keyset", "circuits", "tfhers_specs"}
 NATIVE_MODULUS: dict[str, dict[str, dict]] = {"modulus": {"native": {}}}
 
 
-class WeakParameters(ValueError):
+class WeakParameters(BadInput, ValueError):
     """The server's client specs are weaker than concrete's 128-bit defaults (or malformed, or
     name something this check does not know)."""
 

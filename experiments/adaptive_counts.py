@@ -100,10 +100,16 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0])
-    parser.add_argument("--out", type=Path, default=Path("results/adaptive_counts.md"))
+    parser.add_argument(
+        "--workers", type=int, default=20_000, help="workers (jobs) in the generated commute data"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
+    parser.add_argument(
+        "--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0], help="values of epsilon to compare"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("results/adaptive_counts.md"), help="the Markdown table to write"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -179,11 +179,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="numbers of released sets (comma-separated)"
     )
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
     parser.add_argument(
         "--baseline-max-gb", type=float, default=1.0, help="run the float SVD baseline up to this matrix size"
     )
-    parser.add_argument("--out", type=Path, default=Path("results/audit_bench.csv"))
+    parser.add_argument("--out", type=Path, default=Path("results/audit_bench.csv"), help="the CSV to write")
 
 
 def run(args: argparse.Namespace) -> int:

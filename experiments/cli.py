@@ -81,10 +81,13 @@ EXPERIMENTS = (
 )
 
 
+DESCRIPTION = "The demos, the benchmarks and the whole harness."
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    return run("petlab-experiments", "The demos, the benchmarks and the whole harness.", EXPERIMENTS, argv)
+    return run("petlab-experiments", DESCRIPTION, EXPERIMENTS, argv)
 
 
 def program() -> NoReturn:

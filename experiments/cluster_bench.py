@@ -317,9 +317,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[150_000, 500_000, 1_500_000],
         help="OnTheMap sizes in workers (jobs); none: skip OnTheMap",
     )
-    parser.add_argument("--blocks-per-worker", type=float, default=233_726 / 1_500_000)
+    parser.add_argument(
+        "--blocks-per-worker",
+        type=float,
+        default=233_726 / 1_500_000,
+        help="census blocks per worker of the generated data (Minnesota's ratio by default)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results"), help="directory for the CSVs and .md")
-    parser.add_argument("--cache-dir", type=Path, default=Path(".petlab-cache/models"))
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".petlab-cache/models"),
+        help="compile cache of the k-NN circuits",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,11 +110,18 @@ def run_accuracy(n: int, k: int, splits: int, families: tuple[str, ...], out: Pa
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=40, help="points the fast and paper families keep")
-    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--k", type=int, default=3, help="neighbours")
     parser.add_argument("--splits", type=int, default=5, help="stratified 80/20 splits (seeds 0..)")
-    parser.add_argument("--families", nargs="+", default=["thermo", "fast", "paper"])
-    parser.add_argument("--datasets", nargs="+", choices=list(BUNDLED), default=list(BUNDLED))
-    parser.add_argument("--out", type=Path, default=Path("results/knn_accuracy.csv"))
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        default=["thermo", "fast", "paper"],
+        help="encrypted k-NN circuit families to compare",
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", choices=list(BUNDLED), default=list(BUNDLED), help="data sets to run on"
+    )
+    parser.add_argument("--out", type=Path, default=Path("results/knn_accuracy.csv"), help="the CSV to write")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -290,7 +290,13 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    parser.add_argument(
+        "--algorithm",
+        nargs="+",
+        choices=ALGORITHMS,
+        default=list(ALGORITHMS),
+        help="encrypted k-NN circuit families to measure",
+    )
     parser.add_argument(
         "--n",
         type=_n_value,
@@ -298,7 +304,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[10, 20, 40],
         help="values of n ('all': the whole training set)",
     )
-    parser.add_argument("--dataset", nargs="+", choices=list(BUNDLED), default=["iris"])
+    parser.add_argument(
+        "--dataset", nargs="+", choices=list(BUNDLED), default=["iris"], help="data sets to run on"
+    )
     parser.add_argument(
         "--owner-settings", action="store_true", help="thermo with the owner's bits and distance per data set"
     )
@@ -310,8 +318,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
     parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
-    parser.add_argument("--out", type=Path, default=Path("results/knn_bench.csv"))
-    parser.add_argument("--sign-bits", type=int, default=CircuitConfig.sign_bits)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/knn_bench.csv"),
+        help="the CSV to write (the Markdown table beside it)",
+    )
+    parser.add_argument(
+        "--sign-bits", type=int, default=CircuitConfig.sign_bits, help="bits of the comparison's sign"
+    )
     parser.add_argument(
         "--global-p-error", type=float, default=None, help="default: per family (crypto.knn.families)"
     )

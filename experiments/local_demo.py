@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir",
         type=Path,
         default=None,
-        help="compile cache (default $PETLAB_CACHE_DIR or ~/.cache/petlab/models)",
+        help="compile cache (else ~/.cache/petlab/models) [env PETLAB_CACHE_DIR]",
     )
 
 

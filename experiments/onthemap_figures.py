@@ -263,10 +263,17 @@ def _markdown(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=1_500_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--workers", type=int, default=1_500_000, help="workers (jobs) in the generated commute data"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
     parser.add_argument("--sample", type=int, default=120, help="destination blocks in the figures")
-    parser.add_argument("--out", type=Path, default=Path("results/onthemap_figures"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/onthemap_figures"),
+        help="directory for the figures and tables",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

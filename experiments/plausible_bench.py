@@ -133,15 +133,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         type=Path,
-        help="ACS CSV (default $PETLAB_ACS_DATA, else ../shared/data/acs13.csv, else the shipped sample)",
+        help="ACS CSV (else ../shared/data/acs13.csv, else the shipped sample) [env PETLAB_ACS_DATA]",
     )
-    parser.add_argument("--candidates", type=int, default=100_000)
-    parser.add_argument("--k", type=int, default=50)
-    parser.add_argument("--gamma", type=float, default=4.0)
-    parser.add_argument("--omega", type=int, default=9)
-    parser.add_argument("--eps0", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("results/plausible_bench.csv"))
+    parser.add_argument("--candidates", type=int, default=100_000, help="candidate records to synthesize")
+    parser.add_argument("--k", type=int, default=50, help="plausible-deniability threshold k")
+    parser.add_argument("--gamma", type=float, default=4.0, help="plausible-deniability closeness gamma")
+    parser.add_argument("--omega", type=int, default=9, help="attributes resampled from each seed")
+    parser.add_argument("--eps0", type=float, default=1.0, help="Privacy Test 2's noise (Laplace 1/eps0)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
+    parser.add_argument(
+        "--out", type=Path, default=Path("results/plausible_bench.csv"), help="the CSV to write"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

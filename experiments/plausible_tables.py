@@ -76,13 +76,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", type=Path, help="ACS CSV (default: ../shared/data/acs13.csv, else the sample)"
     )
-    parser.add_argument("--k", type=int, default=50)
-    parser.add_argument("--omega", type=int, nargs="+", default=[9, 11])
+    parser.add_argument("--k", type=int, default=50, help="plausible-deniability threshold k")
+    parser.add_argument(
+        "--omega",
+        type=int,
+        nargs="+",
+        default=[9, 11],
+        help="values of omega (attributes resampled from each seed)",
+    )
     parser.add_argument(
         "--per-class", type=int, default=5000, help="records per class in the distinguishing game"
     )
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("results/plausible_tables.md"))
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
+    parser.add_argument(
+        "--out", type=Path, default=Path("results/plausible_tables.md"), help="the Markdown tables to write"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -352,7 +352,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--queries", type=int, default=3, help="timed queries per configuration (default 3)")
     parser.add_argument("--parts", type=int, default=2, help="partitions = LocalCluster workers (default 2)")
-    parser.add_argument("--out", type=Path, default=Path("results/split_bench.csv"))
+    parser.add_argument("--out", type=Path, default=Path("results/split_bench.csv"), help="the CSV to write")
     parser.add_argument(
         "--report-only", action="store_true", help="rebuild the report from the CSV of an earlier run"
     )

@@ -52,7 +52,7 @@ class ClusterSpec:
         return f"local Dask cluster of {self.local_workers} worker process(es)"
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser, env_prefix: str = "PETLAB_") -> None:
+def add_cluster_arguments(parser: argparse._ActionsContainer, env_prefix: str = "PETLAB_") -> None:
     """``--cluster ADDRESS`` and ``--local-workers N`` (exclusive), defaults from the environment
     (``PETLAB_CLUSTER``, ``PETLAB_LOCAL_WORKERS``)."""
     group = parser.add_mutually_exclusive_group()
@@ -60,14 +60,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, env_prefix: str = "PE
         "--cluster",
         metavar="ADDRESS",
         default=os.environ.get(f"{env_prefix}CLUSTER") or None,
-        help=f"[{env_prefix}CLUSTER] run on the Dask scheduler at ADDRESS (tcp://host:8786, tls://...)",
+        help=f"run on the Dask scheduler at ADDRESS (tcp://host:8786, tls://...) [env {env_prefix}CLUSTER]",
     )
     group.add_argument(
         "--local-workers",
         type=int,
         metavar="N",
         default=int(os.environ.get(f"{env_prefix}LOCAL_WORKERS") or 0),
-        help=f"[{env_prefix}LOCAL_WORKERS] start a local Dask cluster of N worker processes",
+        help=f"start a local Dask cluster of N worker processes [env {env_prefix}LOCAL_WORKERS]",
     )
 
 

@@ -22,6 +22,21 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
+from petlab.errors import FAILURE, INTERRUPTED, REFUSED, USAGE, PetlabError
+from petlab.terminal_text import shown
+
+#: A gRPC status a server answered, as an exit status: the caller's input was invalid (2), the
+#: server refused (3); every other status (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ...) is 1.
+RPC_STATUSES = {
+    "INVALID_ARGUMENT": USAGE,
+    "OUT_OF_RANGE": USAGE,
+    "PERMISSION_DENIED": REFUSED,
+    "UNAUTHENTICATED": REFUSED,
+    "RESOURCE_EXHAUSTED": REFUSED,
+    "FAILED_PRECONDITION": REFUSED,
+    "ABORTED": REFUSED,
+}
+
 
 def status_of(code: object) -> int:
     """The process status ``sys.exit(code)`` means: None is 0, an int itself, anything else
@@ -44,19 +59,49 @@ def exit_with(status: int) -> NoReturn:
     os._exit(status)
 
 
-def run_program(main: Callable[[], int | None]) -> NoReturn:
+def status_of_error(error: BaseException, prog: str) -> int:
+    """The status for an exception that reached a program's top, after telling the user: a
+    :class:`~petlab.errors.PetlabError` or an ``OSError`` (a file, a socket) is one line on stderr
+    and its status (``petlab.errors.EXIT_STATUSES``); a gRPC error one line and 1; Ctrl-C 130;
+    anything else is a bug: the traceback and 1."""
+    if isinstance(error, KeyboardInterrupt):
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    if isinstance(error, PetlabError):
+        print(f"{prog}: error: {shown(error)}", file=sys.stderr)
+        return error.exit_status
+    if isinstance(error, OSError):
+        print(f"{prog}: error: {shown(error)}", file=sys.stderr)
+        return FAILURE
+    if _is_rpc_error(error):
+        code, details = error.code(), error.details()  # type: ignore[attr-defined]
+        name = getattr(code, "name", str(code))
+        print(f"{prog}: {name}: {shown(details)}", file=sys.stderr)
+        return RPC_STATUSES.get(name, FAILURE)
+    traceback.print_exception(error)
+    return FAILURE
+
+
+def is_expected(error: BaseException) -> bool:
+    """An error a program tells in one line (not a bug)."""
+    return isinstance(error, PetlabError | OSError) or _is_rpc_error(error)
+
+
+def _is_rpc_error(error: BaseException) -> bool:
+    grpc = sys.modules.get("grpc")  # never imported here: a program that raised one has it loaded
+    return grpc is not None and isinstance(error, grpc.RpcError) and hasattr(error, "code")
+
+
+def run_program(main: Callable[[], int | None], prog: str | None = None) -> NoReturn:
     """Run a program's ``main()`` and exit with its status: its return value, a ``SystemExit``'s
-    code (argparse's errors), 130 on Ctrl-C, 1 with the traceback for any other exception."""
+    code (argparse's errors), else the status :func:`status_of_error` gives the exception."""
+    prog = prog or os.path.basename(sys.argv[0])
     try:
         status = status_of(main())
     except SystemExit as stop:
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
         status = status_of(stop.code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        status = 130
-    except BaseException:
-        traceback.print_exc()
-        status = 1
+    except BaseException as error:
+        status = status_of_error(error, prog)
     exit_with(status)

@@ -20,13 +20,15 @@ import stat
 import tempfile
 from pathlib import Path
 
+from petlab.errors import BadInput
 
-class UnsafeDirectory(ValueError):
+
+class UnsafeDirectory(BadInput, ValueError):
     """A directory meant for secrets is not a real directory, is owned by another user or is
     writable by others."""
 
 
-class UnsafeSecretFile(ValueError):
+class UnsafeSecretFile(BadInput, ValueError):
     """The file cannot be opened, is not this user's regular file, or others may read or write it;
     the message says which, naming the file and never its contents."""
 

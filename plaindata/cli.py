@@ -43,13 +43,12 @@ COMMANDS = (
 )
 
 
+DESCRIPTION = __doc__.split("\n\nEach subcommand")[0]  # the examples, without the developer's note
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        return run("petlab-synth", __doc__, COMMANDS, argv)
-    except (OSError, ValueError, RuntimeError) as error:
-        print(f"petlab-synth: error: {error}", file=sys.stderr)
-        return 2
+    return run("petlab-synth", DESCRIPTION, COMMANDS, argv)
 
 
 def program() -> NoReturn:

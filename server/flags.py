@@ -16,7 +16,9 @@ from petlab.server.controller.flags import add_analysis_arguments, analysis_opti
 from petlab.server.knn.flags import add_knn_arguments, knn_options
 
 
-def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every ``serve`` flag, in one argument group per room (``--help`` shows them apart)."""
+    serve = parser.add_argument_group("server: address, TLS, threads and time limits")
     add_env_option(serve, "--host", str, "127.0.0.1", "address to listen on")
     add_env_option(serve, "--port", int, 50051, "port; 0 picks a free one")
     add_env_option(serve, "--port-file", Path, None, "write the bound port here once serving")
@@ -80,12 +82,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         60.0,
         "a stream that reads requests (reflection) and gets none this long is cancelled",
     )
-    add_env_option(
-        serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown", "GRACE_SECONDS"
-    )
-    add_knn_arguments(serve)
-    add_analysis_arguments(serve)
-    add_identity_arguments(serve)
+    add_env_option(serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown")
+    add_knn_arguments(parser.add_argument_group("encrypted k-NN models"))
+    add_analysis_arguments(parser.add_argument_group("analysis controller"))
+    add_identity_arguments(parser.add_argument_group("callers: bearer tokens and per-owner quotas"))
 
 
 def serve_options(args: argparse.Namespace) -> ServerOptions:

@@ -9,6 +9,7 @@ import logging
 import signal
 import threading
 
+from petlab.errors import BadInput
 from petlab.server.app import start
 from petlab.server.flags import add_serve_arguments, serve_options
 
@@ -23,9 +24,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = serve_options(args)
         running = start(options)
-    except (ValueError, OSError, RuntimeError) as exc:
+    except ValueError as exc:  # a bad flag, model name, CSV or bounds file: exit status 2
+        raise BadInput(str(exc)) from exc
+    except (OSError, RuntimeError) as exc:  # the port is taken, a directory cannot be made: 1
         log.error("%s", exc)
-        return 2
+        return 1
     if args.port_file:
         args.port_file.write_text(str(running.port))
     stopped = threading.Event()

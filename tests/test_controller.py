@@ -306,7 +306,7 @@ def test_certification_from_the_command_line(serve, tmp_path, capsys):
     ) as running:
         server = f"127.0.0.1:{running.port}"
         assert main(["prepare", str(analyses), "--key", str(analyst_key), "--out", str(sequence)]) == 0
-        assert main(["run", str(sequence), "--server", server]) == 1  # not certified
+        assert main(["run", str(sequence), "--server", server]) == 3  # not certified: refused
         assert "UNAUTHENTICATED" in capsys.readouterr().err
         assert main(["describe", "--server", server, "--out", str(controller)]) == 0
         certify_args = ["certify", str(sequence), "--policy", str(policy), "--key", str(authority_key)]

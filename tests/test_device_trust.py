@@ -25,12 +25,12 @@ import pytest
 from petlab.client import analyst
 from petlab.client import main as client_main
 from petlab.client.knn_client import _safe
-from petlab.client.server_text import shown
 from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted
 from petlab.crypto.knn.model import KnnSettings
 from petlab.owner_only import private_directory, write_owner_only
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
 from petlab.server.knn.datasets import load_bundled
+from petlab.terminal_text import shown
 
 HOSTILE = [
     "\x1b]52;c;cHduZWQ=\x07",  # OSC 52: write the clipboard

@@ -194,7 +194,7 @@ def test_client_certificate_names_the_owner(serve, hosted, tmp_path):
 def test_client_sends_its_token(serve, hosted, tmp_path, monkeypatch, capsys):
     with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
         server = f"127.0.0.1:{running.port}"
-        assert client_main(["models", "--server", server]) == 1
+        assert client_main(["models", "--server", server]) == 3  # UNAUTHENTICATED: refused
         assert "UNAUTHENTICATED" in capsys.readouterr().err
         monkeypatch.setenv("PETLAB_TOKEN", BOB)
         assert client_main(["models", "--server", server]) == 0

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.crypto.knn.model import KnnSettings
+from petlab.errors import BadInput
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.server.knn.datasets import load_csv
 from petlab.server.main import parse_args
@@ -153,7 +154,7 @@ def test_flags_come_from_the_environment(monkeypatch, tmp_path):
         monkeypatch.setenv("PETLAB_ALLOW_INSECURE", value)
         assert parse_args(["serve"])[0].allow_insecure is expected
     monkeypatch.setenv("PETLAB_ALLOW_INSECURE", "maybe")
-    with pytest.raises(SystemExit, match="PETLAB_ALLOW_INSECURE"):
+    with pytest.raises(BadInput, match="PETLAB_ALLOW_INSECURE"):
         parse_args(["serve"])
 
 

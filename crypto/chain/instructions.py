@@ -31,6 +31,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from petlab.errors import BadInput
+
 SIZE = 64  # output length of H = SHA-512
 FORMAT_VERSION = 2
 MAGIC = b"PETLAB" + bytes([FORMAT_VERSION, 0])
@@ -49,7 +51,7 @@ def pointer_of(position: int) -> str:
     return f"#{position}"
 
 
-class InvalidInstruction(ValueError):
+class InvalidInstruction(BadInput, ValueError):
     """The bytes are not a well-formed instruction (gibberish, or a changed sequence)."""
 
 

@@ -56,6 +56,7 @@ from typing import Any
 import capnp
 
 from petlab.crypto.knn.split.program import ANSWER_STAGE, ENTRY_STAGE
+from petlab.errors import BadInput
 
 SCHEMA = capnp.load(str(resources.files("petlab.crypto.knn").joinpath("concrete_wire.capnp")))
 WORD_BYTES = 8
@@ -73,7 +74,7 @@ NESTING_LIMIT = 16
 MAX_SEGMENTS = 512  # Cap'n Proto's own readers refuse more
 
 
-class ForeignBytes(ValueError):
+class ForeignBytes(BadInput, ValueError):
     """The bytes are not this circuit's key set or ciphertext (the message says what differs)."""
 
 

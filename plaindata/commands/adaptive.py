@@ -10,6 +10,7 @@ import argparse
 import numpy as np
 from scipy.spatial import cKDTree
 
+from petlab.errors import BadInput, reading_input
 from petlab.plaindata.adaptive import histograms as adaptive
 from petlab.plaindata.adaptive.hierarchies import Quadtree
 from petlab.plaindata.commands.common import add_lodes_arguments, load_commutes, print_report, write_od
@@ -26,7 +27,12 @@ RELEASE = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lodes_arguments(parser)
-    parser.add_argument("--method", choices=["basic", "improved", "direct"], default="improved")
+    parser.add_argument(
+        "--method",
+        choices=["basic", "improved", "direct"],
+        default="improved",
+        help="adaptive histograms (basic or improved) or direct synthesis on the O/D pairs",
+    )
     parser.add_argument("--eps", type=float, default=1.0, help="epsilon per noisy count (see the report)")
     parser.add_argument(
         "--threshold", type=float, default=None, help="split threshold b (default ln16/eps+1)"
@@ -36,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not args.eps > 0:
-        raise ValueError("--eps must be positive")
-    commutes = load_commutes(args.od, args.xwalk)
+        raise BadInput("--eps must be positive")
+    with reading_input():
+        commutes = load_commutes(args.od, args.xwalk)
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()

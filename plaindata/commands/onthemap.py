@@ -12,6 +12,7 @@ import argparse
 import numpy as np
 
 from petlab.dask_cluster import ClusterSpec, DaskCluster, add_cluster_arguments, spec_from_args
+from petlab.errors import BadInput, reading_input
 from petlab.plaindata.commands.common import (
     Commutes,
     add_lodes_arguments,
@@ -28,8 +29,8 @@ from petlab.plaindata.secure_random import release_generator
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lodes_arguments(parser)
-    parser.add_argument("--eps", type=float, default=4.6)
-    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--eps", type=float, default=4.6, help="the release's privacy parameter epsilon")
+    parser.add_argument("--delta", type=float, default=1e-5, help="the release's privacy parameter delta")
     parser.add_argument("--cell-miles", type=float, default=1.0, help="grid cell for distance bands")
     add_cluster_arguments(parser)  # --cluster / --local-workers: --out is then a Parquet directory
     parser.add_argument("--partitions", type=int, help="with a cluster: default twice its workers")
@@ -37,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not args.eps > 0:
-        raise ValueError("--eps must be positive")
-    commutes = load_commutes(args.od, args.xwalk)
+        raise BadInput("--eps must be positive")
+    with reading_input():
+        commutes = load_commutes(args.od, args.xwalk)
     spec = spec_from_args(args)
     if spec.enabled:
         return _on_cluster(args, spec, commutes)
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 def _on_cluster(args: argparse.Namespace, spec: ClusterSpec, commutes: Commutes) -> int:
     """``--cluster ADDRESS | --local-workers N``: Parquet parts in the directory ``--out``."""
     if str(args.out).endswith((".csv", ".csv.gz", ".gz")):
-        raise ValueError(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")
+        raise BadInput(f"with a cluster, --out is a directory for Parquet parts, not a file: {args.out}")
     grid = BlockGrid.build(commutes.latitude, commutes.longitude, args.cell_miles)
     settings = ReleaseSettings(args.eps, args.delta, cell_miles=args.cell_miles)
     with DaskCluster.start(spec) as cluster:

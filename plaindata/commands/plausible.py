@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from petlab.errors import BadInput, reading_input
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.commands.common import DIAGNOSTICS_HELP, print_report, save_diagnostics
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
@@ -42,8 +43,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--count", type=int, required=True, help="synthetic records to release")
     parser.add_argument("--out", type=Path, required=True, help="output CSV")
-    parser.add_argument("--k", type=int, default=50)
-    parser.add_argument("--gamma", type=float, default=4.0)
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=50,
+        help="plausible-deniability threshold: a record is released only if at least k seeds "
+        "could have produced it",
+    )
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=4.0,
+        help="plausible-deniability closeness: those seeds' probabilities are within a factor gamma",
+    )
     parser.add_argument("--omega", type=int, default=9, help="attributes resampled from each seed")
     parser.add_argument("--eps0", type=float, default=1.0, help="Privacy Test 2's noise (Laplace 1/eps0)")
     parser.add_argument("--test", type=int, choices=[1, 2], default=2, help="Privacy Test 1 or 2")
@@ -51,10 +63,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--t", type=int, help="Theorem 1's t (default: smallest eps with delta <= model delta)"
     )
     parser.add_argument("--model-eps", type=float, default=1.0, help="DP budget of the generative model")
-    parser.add_argument("--model-delta", type=float, default=2.0**-30)
+    parser.add_argument(
+        "--model-delta", type=float, default=2.0**-30, help="DP delta of the generative model"
+    )
     parser.add_argument("--max-cost", type=int, default=2000, help="cells per conditional table (eq. 6)")
-    parser.add_argument("--max-plausible", type=int)
-    parser.add_argument("--max-check-plausible", type=int)
+    parser.add_argument(
+        "--max-plausible",
+        type=int,
+        help="stop examining seeds at this many plausible ones (default: no limit)",
+    )
+    parser.add_argument(
+        "--max-check-plausible", type=int, help="examine at most this many seeds per candidate (default: all)"
+    )
     parser.add_argument(
         "--max-candidates",
         type=int,
@@ -67,28 +87,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     data_path = args.data or acs_sample_path()
-    frame = pd.read_csv(data_path)
-    schema = load_domains(args.domains or acs_domains_path())
-    if args.domains is None and set(frame.columns) != set(schema.names):
-        raise ValueError(
-            f"{data_path} does not have the ACS attributes; give its public domains with --domains"
+    with reading_input():
+        frame = pd.read_csv(data_path)
+        schema = load_domains(args.domains or acs_domains_path())
+        if args.domains is None and set(frame.columns) != set(schema.names):
+            raise BadInput(
+                f"{data_path} does not have the ACS attributes; give its public domains with --domains"
+            )
+        if args.count < 1:
+            raise BadInput("--count must be at least 1")
+        limit = candidate_limit(args.count, args.max_candidates)
+        config = PlausibleConfig(
+            k=args.k,
+            gamma=args.gamma,
+            omega=args.omega,
+            eps0=args.eps0 if args.test == 2 else None,
+            t=args.t,
+            model_epsilon=args.model_eps,
+            model_delta=args.model_delta,
+            max_cost=args.max_cost,
+            max_plausible=args.max_plausible,
+            max_check_plausible=args.max_check_plausible,
         )
-    if args.count < 1:
-        raise ValueError("--count must be at least 1")
-    limit = candidate_limit(args.count, args.max_candidates)
-    config = PlausibleConfig(
-        k=args.k,
-        gamma=args.gamma,
-        omega=args.omega,
-        eps0=args.eps0 if args.test == 2 else None,
-        t=args.t,
-        model_epsilon=args.model_eps,
-        model_delta=args.model_delta,
-        max_cost=args.max_cost,
-        max_plausible=args.max_plausible,
-        max_check_plausible=args.max_check_plausible,
-    )
-    codes = schema.encode(frame)
+        codes = schema.encode(frame)
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()

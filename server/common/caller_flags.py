@@ -21,7 +21,7 @@ from petlab.server.common.environment import add_env_option
 from petlab.server.knn.key_store import OwnerQuota
 
 
-def add_identity_arguments(serve: argparse.ArgumentParser) -> None:
+def add_identity_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(
         serve,
         "--tokens",
@@ -29,7 +29,6 @@ def add_identity_arguments(serve: argparse.ArgumentParser) -> None:
         None,
         "bearer tokens, lines 'owner-name token', file mode 600: every k-NN call must carry "
         "'authorization: Bearer <token>'; keys and quotas are per owner",
-        "TOKENS_FILE",
     )
     add_env_option(
         serve,

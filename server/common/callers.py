@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from petlab.errors import BadInput
 from petlab.owner_only import UnsafeSecretFile, read_owner_only
 from petlab.server.common.rpc_errors import abort
 
@@ -29,7 +30,7 @@ TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII without sp
 _BEARER = "bearer "
 
 
-class TokensFileError(ValueError):
+class TokensFileError(BadInput, ValueError):
     """The tokens file is unsafe or malformed (the message never quotes a token)."""
 
 

@@ -56,6 +56,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
+from petlab.errors import BadInput
 from petlab.server.controller.release_audit import PRODUCT
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
@@ -66,7 +67,7 @@ MAX_TABLE_CELLS = 1000  # larger tables are refused before they are computed
 DISCRETE_LEVELS = 20  # a predictor with at most this many distinct values is treated as categorical
 
 
-class AnalysisError(ValueError):
+class AnalysisError(BadInput, ValueError):
     """The spec is invalid or does not fit the data; the message says why, for a person.
 
     ``data_dependent``: whether the error depends on the records (a table with too many distinct

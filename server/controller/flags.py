@@ -31,7 +31,7 @@ from typing import Any
 from petlab.server.common.environment import add_env_option, add_env_switch
 
 
-def add_analysis_arguments(serve: argparse.ArgumentParser) -> None:
+def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(serve, "--analysis-data", Path, None, "CSV of confidential records for analysis sequences")
     add_env_option(
         serve, "--analysts", Path, None, "allow-list: PEM public keys (a file or a directory of *.pem)"

@@ -1,7 +1,7 @@
 """``petlab-server persons``: the data owner's view of the persons who analyse, and the lift of a
 suspension (issue 22, ``people``).
 
-    petlab-server persons [list] [--data-dir DIR]
+    petlab-server persons list [--data-dir DIR]            (also: petlab-server persons)
     petlab-server persons lift PERSON [--data-dir DIR] [--note TEXT]
     petlab-server persons suspend PERSON [--data-dir DIR] [--note TEXT]
 
@@ -14,10 +14,10 @@ again); a suspended person's open session closes at its next step.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
+from petlab.errors import BadInput
 from petlab.server.common.environment import add_env_option
 from petlab.server.controller.session_store import SessionStore
 
@@ -25,23 +25,33 @@ DATABASE = "sessions.sqlite"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", default="list", choices=("list", "lift", "suspend"))
-    parser.add_argument("person", nargs="?", help="the person (for lift and suspend)")
     add_env_option(parser, "--data-dir", Path, Path("petlab-data"), "the server's data directory")
-    parser.add_argument("--note", default="", help="why (kept with the person's record)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=False)
+    for name, text in (
+        ("list", "list the persons with a refusal or a suspension (the default action)"),
+        ("lift", "lift a person's suspension and clear their refusal count"),
+        ("suspend", "suspend a person: no analysis until lifted"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        # also after the action; SUPPRESS keeps a value given before it (or the default above)
+        action.add_argument(
+            "--data-dir",
+            type=Path,
+            default=argparse.SUPPRESS,
+            help="the server's data directory (also accepted here)",
+        )
+        if name != "list":
+            action.add_argument("person", help="the person's name, as certified")
+            action.add_argument("--note", default="", help="why (kept with the person's record)")
 
 
 def run(args: argparse.Namespace) -> int:
     database = args.data_dir / DATABASE
     if not database.is_file():
-        print(f"petlab-server persons: no controller database at {database}", file=sys.stderr)
-        return 2
-    if args.action != "list" and not args.person:
-        print(f"petlab-server persons {args.action}: name the person", file=sys.stderr)
-        return 2
+        raise BadInput(f"no controller database at {database} (check --data-dir)")
     store = SessionStore(database)
     try:
-        if args.action == "list":
+        if args.action in (None, "list"):  # `petlab-server persons` alone lists
             rows = store.persons()
             if not rows:
                 print("no person has a refusal or a suspension")

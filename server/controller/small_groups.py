@@ -36,12 +36,13 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from petlab.errors import PetlabError
 from petlab.server.controller.modular import left_null_space, matmul, rref
 
 ENUMERATE = 10
 
 
-class SearchBudget(Exception):
+class SearchBudget(PetlabError):
     """The search needed more than its budget of nodes: no answer either way."""
 
 

@@ -28,13 +28,14 @@ from concrete import fhe
 
 from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted, run_split
 from petlab.crypto.knn.split.program import StageGraph
+from petlab.errors import BadInput, Unavailable
 
 log = logging.getLogger(__name__)
 
 KEY_CACHE_ENTRIES = 2  # deserialised evaluation key sets kept in memory (tens to hundreds of MB each)
 
 
-class EvaluationRejected(Exception):
+class EvaluationRejected(BadInput):
     """The ciphertext or the keys do not fit the model (the caller's fault: INVALID_ARGUMENT)."""
 
 
@@ -42,11 +43,11 @@ class KeysUnusable(EvaluationRejected):
     """The registered key file no longer deserialises: the key set is to be forgotten."""
 
 
-class EvaluationTimedOut(Exception):
+class EvaluationTimedOut(Unavailable):
     """The call's deadline passed, or the call ended, before the evaluation (DEADLINE_EXCEEDED)."""
 
 
-class ClusterUnavailable(Exception):
+class ClusterUnavailable(Unavailable):
     """The cluster could not answer within the attempts (no workers, scheduler gone: UNAVAILABLE)."""
 
 

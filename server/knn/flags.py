@@ -17,12 +17,13 @@ from petlab.server.common.environment import add_env_option, add_env_switch, env
 from petlab.server.knn.datasets import BUNDLED
 
 
-def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
+def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
     serve.add_argument(
         "--model",
         action="append",
         default=None,
-        help=f"[PETLAB_MODELS, comma-separated] {', '.join(BUNDLED)}, or NAME=FILE.csv; repeatable",
+        help=f"a model to host: {', '.join(BUNDLED)}, or NAME=FILE.csv; repeatable "
+        "[env PETLAB_MODEL, comma-separated]",
     )
     add_env_option(serve, "--label-column", str, "label", "the label column of CSV models")
     serve.add_argument(
@@ -30,7 +31,8 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=FILE",
-        help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models",
+        help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models; "
+        "repeatable [env PETLAB_BOUNDS, comma-separated]",
     )
     add_env_option(
         serve, "--n", _points, 40, "training points kept per model ('all': the whole training set)"
@@ -41,8 +43,7 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
         "--algorithm",
         choices=ALGORITHMS,
         default=env("ALGORITHM", DEFAULT_ALGORITHM),
-        help=f"[PETLAB_ALGORITHM] encrypted k-NN circuit family, default {DEFAULT_ALGORITHM} "
-        "(crypto.knn.families)",
+        help="encrypted k-NN circuit family [env PETLAB_ALGORITHM]",
     )
     add_env_option(
         serve,
@@ -124,13 +125,13 @@ def add_knn_arguments(serve: argparse.ArgumentParser) -> None:
 def knn_options(args: argparse.Namespace) -> dict[str, Any]:
     """The k-NN room's fields of ``server.app.ServerOptions``; ``ValueError`` for a bad combination."""
     bounds = {}
-    for item in args.bounds:
+    for item in args.bounds or [b for b in str(env("BOUNDS", "")).split(",") if b]:
         name, _, path = item.partition("=")
         if not name or not path:
             raise ValueError(f"--bounds takes NAME=FILE, got {item!r}")
         bounds[name] = Path(path)
     return {
-        "models": args.model or [m for m in str(env("MODELS", "")).split(",") if m],
+        "models": args.model or [m for m in str(env("MODEL", "")).split(",") if m],
         "settings": KnnSettings(
             n=args.n,
             k=args.k,

@@ -47,12 +47,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from petlab.errors import BadInput
 from petlab.owner_only import private_directory
 
 KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
 
-class KeyStoreError(Exception):
+class KeyStoreError(BadInput):
     """Base class; the message is meant for the person who made the request."""
 
 

@@ -1,0 +1,75 @@
+"""The root of petlab's exception classes, and what each means to a command-line program.
+
+Every exception petlab raises on purpose derives from :class:`PetlabError` through one of three
+meanings; the programs map them onto one exit-status table (:data:`EXIT_STATUSES`, applied by
+:mod:`petlab.exit_status`). Anything else reaching a program's top is a bug: it prints a traceback
+and exits 1.
+
+ The classes that derived from :class:`ValueError` before the root existed still do (as well as
+from :class:`BadInput`), so code that caught ``ValueError`` still catches them; the ones that
+derived from :class:`Exception` do not become ``ValueError`` (a handler for ``ValueError`` would
+then catch them first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+OK = 0
+FAILURE = 1
+USAGE = 2
+REFUSED = 3
+INTERRUPTED = 130
+
+#: Every exit status a petlab program uses, with what it means (docs/reference/exit-statuses.md).
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (OK, "success"),
+    (
+        FAILURE,
+        "failure: the server or a cluster was unavailable, an RPC failed, a file could not be "
+        "read or written at run time; or a bug (then a traceback is printed)",
+    ),
+    (USAGE, "usage error or bad input: a wrong flag or environment variable, an invalid input file or value"),
+    (REFUSED, "refused or aborted: the server or the analysis controller declined the request"),
+    (INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+
+
+class PetlabError(Exception):
+    """An error petlab raises on purpose; its message is one line a user can read."""
+
+    exit_status = FAILURE
+
+
+class BadInput(PetlabError):
+    """What the user or a caller supplied is wrong: a flag, a file, a value (exit status 2)."""
+
+    exit_status = USAGE
+
+
+class Refused(PetlabError):
+    """A server, the analysis controller or a policy declined or aborted the request (exit 3)."""
+
+    exit_status = REFUSED
+
+
+class Unavailable(PetlabError):
+    """A service or resource needed is not there or did not answer in time (exit status 1)."""
+
+    exit_status = FAILURE
+
+
+@contextmanager
+def reading_input(what: str = "") -> Iterator[None]:
+    """Turn a ``ValueError``/``KeyError``/``TypeError`` raised while reading or checking what the
+    user supplied (a file, a flag's value), or a ``FileNotFoundError`` for a file the user named,
+    into :class:`BadInput`; used around input parsing only, never around
+    computation, so a bug elsewhere still shows its traceback."""
+    try:
+        yield
+    except PetlabError:
+        raise
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as error:
+        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
+        raise BadInput(f"{what}: {detail}" if what else detail) from error
