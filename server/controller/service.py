@@ -63,6 +63,7 @@ from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
 from petlab.server.controller.configuration import ControllerIdentity
 from petlab.server.controller.output_checking import Rules
 from petlab.server.controller.people import PersonPolicy, barrier, key_person
+from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.release_history import ReleaseHistory, released_functionals
 from petlab.server.controller.session_store import ABORTED, CLOSED, FINISHED, Session, SessionStore
 
@@ -124,6 +125,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         identity: ControllerIdentity | None = None,
         history: ReleaseHistory | None = None,
         diagnostics: Path | None = None,
+        domain: PublicDomain | None = None,
     ):
         """``analysts``: raw public keys allowed to analyse, each with its person (an allow-list);
         with an ``authority_key`` a key outside the list may still analyse with the authority's
@@ -132,7 +134,9 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         per person. ``identity`` is what an authority's co-signature must name (required with an
         ``authority_key``); its data digest keys the release history, which is replayed from
         ``sessions`` (a changed data file starts a new, empty one, and the log says so).
-        ``diagnostics``: the confidential file exact refusal reasons go to (module docstring)."""
+        ``diagnostics``: the confidential file exact refusal reasons go to (module docstring).
+        ``domain``: the public attribute domain (``public_domain``): definitions, table levels and
+        the region audit use it; without it (library use) they fall back on the values present."""
         if authority_key is not None and identity is None:
             raise ValueError("a controller with a certification authority needs its identity")
         self._data, self._sessions = data, sessions
@@ -154,7 +158,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
             self._data_named = "this data set"
         self.diagnostics = ConfidentialDiagnostics(diagnostics)
-        self._history = history or ReleaseHistory(data, self._rules)
+        self._domain = domain
+        if domain is not None:
+            domain.check_covers(data)
+        self._history = history or ReleaseHistory(data, self._rules, domain=domain)
         self._start_history()
 
     def _start_history(self) -> None:
@@ -318,7 +325,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
         try:
-            evaluated = evaluate(spec, self._data)
+            evaluated = evaluate(spec, self._data, self._domain)
         except AnalysisError as exc:  # our own sentence, stated without figures of the data
             self._cannot_run(session, position, context, exc, exc.data_dependent)
         except Exception:  # never Python's message to the analyst; the session ends cleanly
@@ -333,7 +340,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 return self._failed(session, position, "the decision on the analysis")
             if reason:
                 return self._abort(session, position, reason)
-            rows = released_functionals(evaluated)
+            rows = history.fresh(released_functionals(evaluated))
             self._sessions.advance(
                 session, request.trace, new_state.finished, self._data_sha256, self._rules_sha256, rows
             )
