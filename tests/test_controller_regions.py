@@ -234,3 +234,57 @@ def test_a_busy_history_lock_is_refused_with_a_retry_hint(server, channel, monke
     reply = stub.Next(next_request(document, session, 1), timeout=30)
     assert json.loads(reply.result_json)["count"] == int(DATA.age.between(20, 50).sum())
     assert np.isfinite(server.controller._lock_seconds)
+
+
+# ---------------------------------------------------------------- the two ranks against brute force
+
+
+def test_the_region_audit_ranks_equal_brute_force():
+    """Random boxes (counts and weighted sums, products of columns) over a small domain whose cells
+    can be listed: the incremental ranks over the records and over the cells (Gram matrices factored
+    by column, Schur complements, chunks of forms) equal the ranks of the explicit matrices."""
+    from petlab.server.controller.analyses import definition
+    from petlab.server.controller.region_audit import RegionAudit, RegionForm
+    from petlab.server.controller.release_audit import Functional, ReleaseAudit
+
+    rng = np.random.default_rng(30)
+    domain = PublicDomain({"a": (1, 2, 3), "b": (1, 2, 3, 4), "c": (2, 5)})
+    data = pd.DataFrame({c: rng.choice(v, size=25) for c, v in domain.values.items()})
+    cells = pd.MultiIndex.from_product(domain.values.values(), names=list(domain.values)).to_frame(
+        index=False
+    )
+    gaps = []
+    for trial in range(6):
+        audit = ReleaseAudit(data, primes=(1_000_000_007,), rng=np.random.default_rng(trial))
+        region = RegionAudit(audit, domain)
+        on_records, on_cells = [np.ones(len(data))], [np.ones(len(cells))]
+        for _ in range(int(rng.integers(1, 5))):
+            forms, functionals = [], []
+            for _ in range(int(rng.integers(1, 9))):
+                box = {
+                    c: sorted(rng.choice(v, size=int(rng.integers(1, len(v) + 1)), replace=False).tolist())
+                    for c, v in domain.values.items()
+                    if rng.random() < 0.6
+                }
+                weight = [None, None, "a", "a*b", "c*c"][int(rng.integers(0, 5))]
+                members = np.ones(len(data), dtype=bool)
+                in_cells = np.ones(len(cells), dtype=bool)
+                for column, values in box.items():
+                    members &= data[column].isin(values).to_numpy()
+                    in_cells &= cells[column].isin(values).to_numpy()
+                weigh_records, weigh_cells = np.ones(len(data)), np.ones(len(cells))
+                for column in weight.split("*") if weight else []:
+                    weigh_records = weigh_records * data[column].to_numpy()
+                    weigh_cells = weigh_cells * cells[column].to_numpy()
+                on_records.append(members * weigh_records)
+                on_cells.append(in_cells * weigh_cells)
+                functional = Functional.of(members, weight)
+                functionals.append(functional)
+                forms.append(RegionForm(functional.members, weight, definition(box, dict(domain.values))))
+            audit.record(functionals)
+            region.record(forms, audit._atoms)
+        expected = (np.linalg.matrix_rank(np.array(on_records)), np.linalg.matrix_rank(np.array(on_cells)))
+        assert region.ranks() == expected
+        assert region.gap == expected[1] - expected[0]
+        gaps.append(region.gap)
+    assert max(gaps) > 0 and min(gaps) == 0  # both cases occur

@@ -53,11 +53,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from petlab.server.controller.modular import matmul, residues
+from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
 from petlab.server.controller.release_audit import ReleaseAudit, factors
 
 MAX_ENTRIES = 25_000_000
+CHUNK = 256  # forms reduced at once
 
 
 class AuditCapacity(Exception):
@@ -158,18 +159,26 @@ class RegionAudit:
             basis, pivots = side.basis[:, old_of_new], first[side.pivots]
             vectors, inverse = dict(side.vectors), side.inverse
             cells = records = 0
-            for form in forms:
-                row = self._over_atoms(form, representatives, p)
-                basis, pivots, grew = _reduce(basis, pivots, row, p)
+            for start in range(0, len(forms), CHUNK):
+                chunk = forms[start : start + CHUNK]
+                rows = np.stack([self._over_atoms(form, representatives, p) for form in chunk])
+                basis, pivots, grew = _reduce(basis, pivots, rows, p)
                 records += grew
-                factor = self._over_cells(form, p)
-                vectors, inverse, grew = _schur(vectors, inverse, factor, p)
+                factors_ = [self._over_cells(form, p) for form in chunk]
+                stacked = {c: np.stack([f[c] for f in factors_]) for c in self.columns}
+                vectors, inverse, grew = _schur(vectors, inverse, stacked, p)
                 cells += grew
                 if capped and basis.size + inverse.size > self.max_entries:
                     raise AuditCapacity
             sides[p] = _Side(basis, pivots, vectors, inverse)
             gains[p] = (cells, records)
         return sides, gains
+
+    def ranks(self) -> tuple[int, int]:
+        """(rank over the records, rank over the cells) of everything released, modulo the first
+        prime."""
+        side = next(iter(self._sides.values()))
+        return len(side.basis), len(side.inverse)
 
     def _over_atoms(self, form: RegionForm, representatives: np.ndarray, p: int) -> np.ndarray:
         row = ReleaseAudit._gather(form.members[None, :], representatives)[0].astype(np.int64)
@@ -207,46 +216,60 @@ def _key(forms: list[RegionForm]) -> tuple:
     return tuple((f.members.tobytes(), f.weight, f.definition) for f in forms)
 
 
-def _reduce(basis: np.ndarray, pivots: np.ndarray, row: np.ndarray, p: int):
-    """Reduce ``row`` against a basis that is the identity on its pivot columns; a nonzero rest
-    joins the basis (the other rows cleared on its pivot). Returns (basis, pivots, 1 if it grew)."""
-    rest = row % p
+def _reduce(basis: np.ndarray, pivots: np.ndarray, rows: np.ndarray, p: int):
+    """Reduce ``rows`` against a basis that is the identity on its pivot columns (one product),
+    bring the rest to RREF, and clear the basis on the new pivots. Returns (basis, pivots, the
+    number of new dimensions)."""
+    rest = rows % p
     if len(basis):
-        rest = (rest - matmul(rest[pivots][None, :], basis, p)[0]) % p
-    nonzero = np.flatnonzero(rest)
-    if not len(nonzero):
+        rest = (rest - matmul(rest[:, pivots], basis, p)) % p
+    reduced, new = rref(rest, p)
+    if not len(reduced):
         return basis, pivots, 0
-    j = int(nonzero[0])
-    rest = rest * pow(int(rest[j]), p - 2, p) % p
     if len(basis):
-        basis = (basis - basis[:, j : j + 1] * rest[None, :] % p) % p
-    return np.vstack([basis, rest]), np.append(pivots, j), 1
+        basis = (basis - matmul(basis[:, new], reduced, p)) % p
+    return np.vstack([basis, reduced]), np.concatenate([pivots, new]), len(reduced)
 
 
 def _schur(vectors: dict[str, np.ndarray], inverse: np.ndarray, factor: dict[str, np.ndarray], p: int):
-    """Whether the form with per-column ``factor`` is independent, over the cells, of the forms in
-    ``vectors`` (Gram matrix inverse ``inverse``): its Schur complement is nonzero mod p. If so, it
-    joins them and the inverse grows by the block formula."""
-    g = np.ones(len(inverse), dtype=np.int64)
-    own = 1
-    for column, u in factor.items():
-        if len(inverse):
-            g = g * matmul(vectors[column], u[:, None], p)[:, 0] % p
-        own = own * (int(matmul(u[None, :], u[:, None], p)[0, 0]) % p) % p
-    if len(inverse):
-        h = matmul(inverse, g[:, None], p)[:, 0]
-        s = (own - int(matmul(g[None, :], h[:, None], p)[0, 0])) % p
-    else:
-        h, s = np.zeros(0, dtype=np.int64), own
-    if s == 0:
-        return vectors, inverse, 0
-    s_inv = pow(int(s), p - 2, p)
+    """The forms with per-column factors ``factor`` (k x d_c each) against the independent forms
+    in ``vectors`` (Gram matrix inverse ``inverse``), over the cells. Their Schur complement
+    S = G_FF - G_FI G_II^-1 G_IF is the Gram matrix of their parts orthogonal to the span of I
+    (over Q), so its rank is the number of new dimensions and an independent set J of its columns
+    joins I; the inverse grows by the block formula with S_JJ^-1. Gram entries are products over
+    the columns of per-column inner products (module docstring)."""
+    k = next(iter(factor.values())).shape[0]
     r = len(inverse)
-    grown = np.zeros((r + 1, r + 1), dtype=np.int64)
-    scaled = h * s_inv % p
-    grown[:r, :r] = (inverse + h[:, None] * scaled[None, :] % p) % p
-    grown[:r, r] = (-scaled) % p
-    grown[r, :r] = (-scaled) % p
-    grown[r, r] = s_inv
-    vectors = {c: np.vstack([vectors[c], factor[c][None, :]]) for c in vectors}
-    return vectors, grown, 1
+    g = np.ones((r, k), dtype=np.int64)
+    own = np.ones((k, k), dtype=np.int64)
+    for column, u in factor.items():
+        if r:
+            g = g * matmul(vectors[column], u.T, p) % p
+        own = own * matmul(u, u.T, p) % p
+    if r:
+        h = matmul(inverse, g, p)
+        schur = (own - matmul(g.T, h, p)) % p
+    else:
+        h, schur = np.zeros((0, k), dtype=np.int64), own
+    _, chosen = rref(schur, p)
+    if not len(chosen):
+        return vectors, inverse, 0
+    block = schur[np.ix_(chosen, chosen)]
+    augmented, pivots = rref(np.concatenate([block, np.eye(len(chosen), dtype=np.int64)], axis=1), p)
+    if len(pivots) < len(chosen) or pivots[-1] >= len(chosen):  # S_JJ singular mod p: one at a time
+        total = 0
+        for i in range(k):
+            vectors, inverse, grew = _schur(vectors, inverse, {c: u[i : i + 1] for c, u in factor.items()}, p)
+            total += grew
+        return vectors, inverse, total
+    t_inv = augmented[:, len(chosen) :]
+    h_j = h[:, chosen]
+    grown = np.zeros((r + len(chosen), r + len(chosen)), dtype=np.int64)
+    if r:
+        h_t = matmul(h_j, t_inv, p)
+        grown[:r, :r] = (inverse + matmul(h_t, h_j.T, p)) % p
+        grown[:r, r:] = (-h_t) % p
+        grown[r:, :r] = (-h_t.T) % p
+    grown[r:, r:] = t_inv
+    vectors = {c: np.vstack([vectors[c], factor[c][chosen]]) for c in vectors}
+    return vectors, grown, len(chosen)
