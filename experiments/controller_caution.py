@@ -104,7 +104,8 @@ def decisions(data: pd.DataFrame, domain: PublicDomain | None) -> list[tuple[boo
 def measure(data: pd.DataFrame, domain: PublicDomain) -> tuple[list[dict], Counter]:
     """The workload's rows (acro alone, the controller, the controller before issue 30: definitions
     from the values present, no region audit) and the controller's refusals by kind."""
-    rows, kinds = [], Counter()
+    rows: list[dict] = []
+    kinds: Counter[str] = Counter()
     before = decisions(data, None)
     for (name, _), (acro, reason), (_, old) in zip(workload(), decisions(data, domain), before, strict=True):
         if reason is not None:

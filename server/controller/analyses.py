@@ -300,8 +300,8 @@ def _table(
     rows, cols = spec["rows"], spec.get("columns")
     levels_of = (lambda c: domains[c]) if public else (lambda c: None)
     if public:
-        cells = len(domains[rows]) * (len(domains[cols]) if cols else 1)
-        if cells > MAX_TABLE_CELLS:
+        domain_cells = len(domains[rows]) * (len(domains[cols]) if cols else 1)
+        if domain_cells > MAX_TABLE_CELLS:
             raise AnalysisError(f"a table has at most {MAX_TABLE_CELLS} cells")
     row_codes, row_levels = _codes(data[rows], levels_of(rows))
     col_codes, col_levels = (
@@ -375,12 +375,12 @@ def _codes(column: pd.Series, levels: list | None = None) -> tuple[np.ndarray, l
         if (codes < 0).any():  # the server checks the data against its domain at start
             raise AnalysisError(f"column {column.name!r} holds a value outside its public domain")
         return codes, list(levels)
-    codes, levels = pd.factorize(column, sort=True)
+    codes, present = pd.factorize(column, sort=True)
     if (codes < 0).any():
         raise AnalysisError(
             f"column {column.name!r} has missing values and cannot be tabulated", data_dependent=True
         )
-    return codes.astype(np.int64), levels.tolist()
+    return codes.astype(np.int64), present.tolist()
 
 
 def _regression(
