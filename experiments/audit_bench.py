@@ -34,6 +34,8 @@ import pandas as pd
 from petlab.plaindata import acs_sample_path
 from petlab.server.controller.analyses import AnalysisError, evaluate
 from petlab.server.controller.output_checking import check
+from petlab.server.controller.public_domain import PublicDomain
+from petlab.server.controller.region_audit import RegionForm
 from petlab.server.controller.release_audit import Functional
 from petlab.server.controller.release_history import ReleaseHistory, released_functionals
 
@@ -69,13 +71,15 @@ def random_spec(rng: np.random.Generator, data: pd.DataFrame) -> dict:
     return spec
 
 
-def next_candidate(rng: np.random.Generator, data: pd.DataFrame, history: ReleaseHistory):
+def next_candidate(
+    rng: np.random.Generator, data: pd.DataFrame, history: ReleaseHistory, domain: PublicDomain | None = None
+):
     """The next analysis to decide: the first of up to 200 random ones that output checking passes
     (so the decision reaches the history rules), else the last one drawn."""
     evaluated = None
     for _ in range(200):
         try:
-            evaluated = evaluate(random_spec(rng, data), data)
+            evaluated = evaluate(random_spec(rng, data), data, domain)
         except AnalysisError:
             continue
         if check(evaluated, history.rules).release:
@@ -169,6 +173,72 @@ def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, bas
     return rows
 
 
+def bench_regions(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, time_limit: float):
+    """The region audit (issue 30) against released rows: the history is replayed from random
+    analyses (deduplicated, as the server stores it) until it holds each size of released rows, then
+    one more analysis's region check is timed (``RegionAudit.check``, both primes) with its peak
+    memory; the state is the residues the audit keeps (rank x atoms on the records, rank^2 and
+    rank x the columns' domains on the cells). A restart replays the whole history: timed from
+    nothing for each size. Stops at the first size whose replay exceeds ``time_limit`` seconds."""
+    domain = PublicDomain.shipped_for(data)
+    if domain is None:
+        raise SystemExit("the region bench needs the ACS columns (the shipped public domain)")
+    rng = np.random.default_rng(seed)
+    history = ReleaseHistory(data, domain=domain)
+    assert history.audit is not None and history.region_audit is not None
+    stored: list = []
+    out = []
+    for target in sizes:
+        while len(stored) < target:
+            try:
+                evaluated = evaluate(random_spec(rng, data), data, domain)
+            except AnalysisError:
+                continue
+            rows = history.fresh(released_functionals(evaluated))[: target - len(stored)]
+            history.replay(rows)
+            stored += rows
+        start = time.perf_counter()
+        restarted = ReleaseHistory(data, domain=domain)
+        restarted.replay(stored)
+        replay = time.perf_counter() - start
+        candidate = next_candidate(rng, data, history, domain)
+        rows = history.fresh(released_functionals(candidate))
+        atoms = history.audit._refined([_functional(row) for row in rows])
+        forms = [RegionForm(np.frombuffer(r.members, dtype=np.uint8), r.weight, r.definition) for r in rows]
+        tracemalloc.start()
+        start = time.perf_counter()
+        finding = history.region_audit.check(forms, atoms)
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        on_records, on_cells = history.region_audit.ranks()
+        row = {
+            "data": label,
+            "records": len(data),
+            "released_rows": len(stored),
+            "record_atoms": history.audit.n_atoms,
+            "rank_records": on_records,
+            "rank_cells": on_cells,
+            "gap": history.region_audit.gap,
+            "check_forms": len(forms),
+            "region_check_seconds": round(seconds, 3),
+            "region_check_peak_mb": round(peak / 2**20, 1),
+            "region_state_mb": round(history.region_audit.entries() * 8 / 2**20, 1),
+            "restart_replay_seconds": round(replay, 2),
+            "outcome": "released" if finding is None else "refused",
+        }
+        print(
+            f"{label}: {len(stored):>6} rows, {row['record_atoms']:>6} atoms, ranks {on_records}/{on_cells}: "
+            f"region check {seconds:.3f} s, peak {row['region_check_peak_mb']} MB, state "
+            f"{row['region_state_mb']} MB; restart replay {replay:.1f} s",
+            flush=True,
+        )
+        out.append(row)
+        if replay > time_limit:
+            break
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
@@ -184,23 +254,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-max-gb", type=float, default=1.0, help="run the float SVD baseline up to this matrix size"
     )
     parser.add_argument("--out", type=Path, default=Path("results/audit_bench.csv"), help="the CSV to write")
+    parser.add_argument(
+        "--regions",
+        default="",
+        help="also bench the region audit at these numbers of released rows (comma-separated)",
+    )
+    parser.add_argument(
+        "--regions-time-limit", type=float, default=600.0, help="stop the region bench past this replay time"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = tuple(int(s) for s in args.sizes.split(","))
+    sizes = tuple(int(s) for s in args.sizes.split(",") if s)
     rows = []
+    region_rows = []
     for path in args.data or [acs_sample_path()]:
         data = pd.read_csv(path)
-        rows += bench(data, Path(path).name, sizes, args.seed, args.baseline_max_gb)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as handle:
+        if sizes:
+            rows += bench(data, Path(path).name, sizes, args.seed, args.baseline_max_gb)
+        if args.regions:
+            region_sizes = tuple(int(s) for s in args.regions.split(","))
+            limit = args.regions_time_limit
+            region_rows += bench_regions(data, Path(path).name, region_sizes, args.seed, limit)
+    if region_rows:
+        _write(args.out.with_name(args.out.stem + "_regions.csv"), region_rows)
+    if rows:
+        _write(args.out, rows)
+    return 0
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    markdown = args.out.with_suffix(".md")
     frame = pd.DataFrame(rows)
-    markdown.write_text(
-        frame.to_markdown(index=False) + "\n" if hasattr(frame, "to_markdown") else frame.to_string()
-    )
-    print(f"written to {args.out}")
-    return 0
+    path.with_suffix(".md").write_text(frame.to_markdown(index=False) + "\n")
+    print(f"written to {path}")

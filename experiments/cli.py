@@ -74,6 +74,11 @@ EXPERIMENTS = (
         "petlab.experiments.server_design",
     ),
     Subcommand(
+        "controller-caution",
+        "the controller on a benign workload (ACRO's examples, client/examples): share released vs acro",
+        "petlab.experiments.controller_caution",
+    ),
+    Subcommand(
         "all",
         "every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG",
         "petlab.experiments.run_all",

@@ -50,6 +50,7 @@ from petlab.server.controller.configuration import (
     load_rules,
 )
 from petlab.server.controller.people import PersonPolicy
+from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.service import ControllerServicer
 from petlab.server.controller.session_store import SessionStore
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
@@ -89,6 +90,7 @@ class ServerOptions:
     tls_client_ca: Path | None = None
     allow_insecure: bool = False
     analysis_data: Path | None = None
+    analysis_domain: Path | None = None
     authority_key: Path | None = None
     analysts: Path | None = None
     open_analysis: bool = False
@@ -286,6 +288,18 @@ def resolve_partitions(options: ServerOptions, cluster: DaskCluster | None) -> i
     return max(cluster.worker_count(), 1)
 
 
+def analysis_domain(path: Path | None, data: pd.DataFrame) -> PublicDomain:
+    """The public attribute domain (``--analysis-domain``; issue 30): the file given, else the
+    shipped ACS 2013 domain when the data has its columns; never one read off the records."""
+    domain = PublicDomain.load(path) if path is not None else PublicDomain.shipped_for(data)
+    if domain is None:
+        raise ValueError(
+            "the analysis data needs its public attribute domain: --analysis-domain FILE (one line "
+            "per column: its name, then its values)"
+        )
+    return domain
+
+
 def load_analysis_data(path: Path) -> pd.DataFrame:
     """The controller's confidential data: a CSV loaded once at start."""
     try:
@@ -432,6 +446,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
                 options.analysis_data, rules, options.data_dir, options.controller_id
             ),
             diagnostics=options.data_dir / "controller-diagnostics.log",
+            domain=analysis_domain(options.analysis_domain, analysis_data),
         )
     return services
 

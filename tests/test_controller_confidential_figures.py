@@ -20,8 +20,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from petlab.client.analyst import describe, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.plaindata import acs_sample_path
+from petlab.plaindata.plausible.tabular_schema import acs_domains_path
 
 DATA = pd.read_csv(acs_sample_path())
+DOMAIN = acs_domains_path().read_text()
 CONFIDENTIAL_LOGGER = "petlab.server.controller.diagnostics"
 
 
@@ -122,7 +124,16 @@ def test_a_numerical_failure_on_the_records_is_a_counted_refusal_that_names_noth
     data.loc[7, "hpw"] = np.inf
     path = tmp_path / "with-inf.csv"
     data.to_csv(path, index=False)
-    settings = {"analysis_data": path, "open_analysis": True, "analysis_cooldown_seconds": 0}
+    domain = tmp_path / "domain.csv"  # the public domain must cover the data: hours may be infinite
+    domain.write_text(
+        "\n".join(line + (",inf" if line.startswith("hpw,") else "") for line in DOMAIN.splitlines())
+    )
+    settings = {
+        "analysis_data": path,
+        "analysis_domain": domain,
+        "open_analysis": True,
+        "analysis_cooldown_seconds": 0,
+    }
     spec = {"type": "regression", "outcome": "incc", "predictors": ["hpw"]}
     if column == "age":  # the set holds the record: the same failure through a where clause
         spec["where"] = {"age": {"eq": int(data.age[7])}}

@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from petlab.errors import BadInput
+from petlab.server.controller.public_domain import PublicDomain, label
 from petlab.server.controller.release_audit import PRODUCT
 
 SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
@@ -150,10 +151,14 @@ def admitted(spec: dict, domains: dict[str, list]) -> dict[str, list]:
     return out
 
 
-def domains_of(spec: dict, data: pd.DataFrame) -> dict[str, list]:
-    """The distinct values present in the data of every column the spec names."""
+def domains_of(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None) -> dict[str, list]:
+    """Every column the spec names with its domain: the public one (``public_domain``, what the
+    server uses), else the distinct values present in the data (library use on synthetic data
+    only: definitions then compare by values present, a figure of the records, issue 30)."""
     named = {spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")}
     named |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
+    if domain is not None:
+        return {c: list(domain.values[c]) for c in sorted(filter(None, named))}
     return {c: pd.unique(data[c]).tolist() for c in sorted(filter(None, named))}
 
 
@@ -171,11 +176,7 @@ def definition(admits: dict[str, list], domains: dict[str, list], fixed: dict | 
     return json.dumps(described, sort_keys=True, separators=(",", ":"))
 
 
-def _label(value) -> str:
-    value = value.item() if hasattr(value, "item") else value
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return repr(value)
+_label = label
 
 
 def _shared_value(
@@ -198,15 +199,17 @@ def _shared_value(
     return None
 
 
-def evaluate(spec: dict, data: pd.DataFrame) -> Evaluated:
+def evaluate(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None) -> Evaluated:
+    """Interpret ``spec`` on ``data``. ``domain``: the public attribute domain definitions and table
+    levels are taken from (``public_domain``; the server always gives one)."""
     validate(spec, data)
     mask = selection(spec, data)
     subset = data[mask]
     kind = spec["type"]
-    domains = domains_of(spec, data)
+    domains = domains_of(spec, data, domain)
     admits = admitted(spec, domains)
     if kind in ("frequency", "magnitude"):
-        return _table(spec, data, mask, admits, domains)
+        return _table(spec, data, mask, admits, domains, domain is not None)
     described = [definition(admits, domains)]
     if kind == "count":
         counts = pd.DataFrame({"count": [int(mask.sum())]})
@@ -276,7 +279,12 @@ def _quantile_sides(
 
 
 def _table(
-    spec: dict, data: pd.DataFrame, mask: np.ndarray, admits: dict[str, list], domains: dict[str, list]
+    spec: dict,
+    data: pd.DataFrame,
+    mask: np.ndarray,
+    admits: dict[str, list],
+    domains: dict[str, list],
+    public: bool = False,
 ) -> Evaluated:
     """One- or two-way table over the categories present in the whole data set (so a category absent
     from the query set shows as an empty, zero cell rather than disappearing).
@@ -285,10 +293,21 @@ def _table(
     from ``pd.factorize``) gives counts and sums by ``np.bincount`` and the contributions per cell
     by one stable sort, O(N log N) in all instead of one scan of the data per cell. A table of more
     than ``MAX_TABLE_CELLS`` cells is refused before anything is computed (its cells would be
-    small, and each one is a query set the control keeps)."""
+    small, and each one is a query set the control keeps).
+
+    ``public``: the levels are the public domain's (``domains``), so which levels the data holds is
+    never shown by the list of cells (an absent level is an empty cell, which output checking
+    refuses) and the cell cap depends on the domain only."""
     rows, cols = spec["rows"], spec.get("columns")
-    row_codes, row_levels = _codes(data[rows])
-    col_codes, col_levels = _codes(data[cols]) if cols else (np.zeros(len(data), dtype=np.int64), [None])
+    levels_of = (lambda c: domains[c]) if public else (lambda c: None)
+    if public:
+        domain_cells = len(domains[rows]) * (len(domains[cols]) if cols else 1)
+        if domain_cells > MAX_TABLE_CELLS:
+            raise AnalysisError(f"a table has at most {MAX_TABLE_CELLS} cells")
+    row_codes, row_levels = _codes(data[rows], levels_of(rows))
+    col_codes, col_levels = (
+        _codes(data[cols], levels_of(cols)) if cols else (np.zeros(len(data), dtype=np.int64), [None])
+    )
     n_cells = len(row_levels) * len(col_levels)
     if n_cells > MAX_TABLE_CELLS:
         raise AnalysisError(f"a table has at most {MAX_TABLE_CELLS} cells", data_dependent=True)
@@ -347,14 +366,22 @@ def _table(
     )
 
 
-def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
-    """Each record's category index, and the categories in sorted order."""
-    codes, levels = pd.factorize(column, sort=True)
+def _codes(column: pd.Series, levels: list | None = None) -> tuple[np.ndarray, list]:
+    """Each record's category index, and the categories: ``levels`` (the public domain's) when
+    given, else those present, in sorted order."""
+    if levels is not None:
+        index = {label(v): i for i, v in enumerate(levels)}
+        distinct, inverse = np.unique(column.to_numpy(), return_inverse=True)
+        codes = np.array([index.get(label(v), -1) for v in distinct], dtype=np.int64)[inverse.ravel()]
+        if (codes < 0).any():  # the server checks the data against its domain at start
+            raise AnalysisError(f"column {column.name!r} holds a value outside its public domain")
+        return codes, list(levels)
+    codes, present = pd.factorize(column, sort=True)
     if (codes < 0).any():
         raise AnalysisError(
             f"column {column.name!r} has missing values and cannot be tabulated", data_dependent=True
         )
-    return codes.astype(np.int64), levels.tolist()
+    return codes.astype(np.int64), present.tolist()
 
 
 def _regression(

@@ -2,6 +2,8 @@
 with which output-checking rules (issue 14).
 
 * ``--analysis-data FILE.csv``: the controller's confidential records.
+* ``--analysis-domain FILE.csv``: the public attribute domain (``public_domain``; default: the
+  shipped ACS 2013 domain when the data has its columns).
 * ``--analysts FILE|DIR``: the allow-list, Ed25519 public keys in PEM, each with its person: a
   directory of ``*.pem`` files, one per person (the file's stem is the person), or one file whose
   PEM blocks may each follow a ``# person: NAME`` line (else the file's stem). Refusals, cool-downs
@@ -33,6 +35,13 @@ from petlab.server.common.environment import add_env_option, add_env_switch
 
 def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(serve, "--analysis-data", Path, None, "CSV of confidential records for analysis sequences")
+    add_env_option(
+        serve,
+        "--analysis-domain",
+        Path,
+        None,
+        "public attribute domain of the analysis data (CSV: a column's name, then its values, per line)",
+    )
     add_env_option(
         serve, "--analysts", Path, None, "allow-list: PEM public keys (a file or a directory of *.pem)"
     )
@@ -68,6 +77,7 @@ def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
     """The controller room's fields of ``server.app.ServerOptions``."""
     return {
         "analysis_data": args.analysis_data,
+        "analysis_domain": args.analysis_domain,
         "authority_key": args.authority_key,
         "analysts": args.analysts,
         "open_analysis": args.open_analysis,

@@ -59,10 +59,16 @@ class PersonPolicy:
     refusal_budget: int = 3
     cooldown_seconds: float = 3600.0
     analyses_per_day: int = 1000
+    # issue 30: new released rows (forms) one person may add to the shared history, per session and
+    # per rolling 24 hours: the audit's cost, which every person waits on, grows with them
+    rows_per_session: int = 2_000
+    rows_per_day: int = 10_000
 
     def __post_init__(self) -> None:
         if self.refusal_budget < 1 or self.analyses_per_day < 1 or self.cooldown_seconds < 0:
             raise ValueError("the refusal budget and the daily quota are at least 1, the cool-down >= 0")
+        if self.rows_per_session < 1 or self.rows_per_day < 1:
+            raise ValueError("the caps on released rows are at least 1")
 
     def leaked_bits(self, analyses: int) -> float:
         """The module docstring's bound on what refusals tell about the data over ``analyses``."""

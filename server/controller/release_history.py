@@ -12,7 +12,15 @@ analysis, in order (the first reason wins; reasons state exact figures and go to
    woman. (Empty regions that only three or more sets reveal are not detected.)
 3. pairwise query-set-size control (``query_set_control``);
 4. the exact audit of all released functionals (``release_audit``): no group of 1 to t - 1
-   records may have its count or sums determined.
+   records may have its count or sums determined;
+5. regions of the public domain (``region_audit``, issue 30, with a ``PublicDomain``): no release
+   may show a linear relation on regions that hold no record which the domain does not imply
+   (three or more sets showing an empty region, equal counts over definitions that select
+   different cells of the domain).
+
+Released rows are deduplicated (issue 30): a row equal to one released before (same records,
+weight and definition) adds nothing to what is known, so repeating an analysis adds nothing to the
+history, its storage or the audit's cost.
 
 :func:`released_functionals` is what an analysis adds to the history when it is released; the
 session store keeps those rows under the data file's digest and :meth:`ReleaseHistory.replay`
@@ -30,7 +38,9 @@ import pandas as pd
 
 from petlab.server.controller.analyses import Evaluated
 from petlab.server.controller.output_checking import Rules, check
+from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.query_set_control import QuerySetControl
+from petlab.server.controller.region_audit import RegionAudit, RegionForm
 from petlab.server.controller.release_audit import Functional, ReleaseAudit
 
 
@@ -59,13 +69,22 @@ class ReleaseHistory:
     data: pd.DataFrame
     rules: Rules = field(default_factory=Rules)
     audit: ReleaseAudit | None = None
+    domain: PublicDomain | None = None  # with it, the region audit (module docstring, step 3)
+    regions: bool = True  # the region audit's switch (tests turn it off to show the attacks)
     _definitions: dict[bytes, set[str]] = field(init=False, default_factory=dict, repr=False)
+    _seen: set[tuple[bytes, str | None, str]] = field(init=False, default_factory=set, repr=False)
+    _seen_rows: set[tuple[bytes, str | None]] = field(init=False, default_factory=set, repr=False)
+    region_audit: RegionAudit | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.audit is None:
             self.audit = ReleaseAudit(self.data, self.rules.threshold)
+        if self.domain is not None:
+            self.region_audit = RegionAudit(self.audit, self.domain)
         everyone = np.packbits(np.ones(len(self.data), dtype=bool)).tobytes()
         self._definitions[_digest(everyone)] = {"{}"}
+        self._seen.add((_digest(everyone), None, "{}"))
+        self._seen_rows.add((_digest(everyone), None))
 
     @property
     def n_released(self) -> int:
@@ -74,7 +93,17 @@ class ReleaseHistory:
 
     def replay(self, rows: Iterable[Released]) -> None:
         """Rebuild the state from stored rows (no checks: they were released)."""
-        self._add(list(rows))
+        self._add(self.fresh(list(rows)))
+
+    def fresh(self, rows: list[Released]) -> list[Released]:
+        """``rows`` without those released before or repeated among them (module docstring)."""
+        out, batch = [], set()
+        for row in rows:
+            key = (_digest(row.members), row.weight, row.definition)
+            if key not in self._seen and key not in batch:
+                batch.add(key)
+                out.append(row)
+        return out
 
     def refusal(self, evaluated: Evaluated) -> str | None:
         """Why ``evaluated`` may not be released now (module docstring), or None."""
@@ -82,7 +111,7 @@ class ReleaseHistory:
         decision = check(evaluated, self.rules)
         if not decision.release:
             return "output checking: " + "; ".join(decision.reasons)
-        rows = released_functionals(evaluated)
+        rows = self.fresh(released_functionals(evaluated))
         empty = self._empty_cell(rows)
         if empty:
             return f"zero cell: {empty}"
@@ -91,21 +120,45 @@ class ReleaseHistory:
         violation = control.violation_packed(np.stack(sets)) if sets else None
         if violation:
             return f"query-set-size control: {violation}"
-        finding = self.audit.check([_functional(row) for row in rows])
-        return f"query-set-size control: exact audit: {finding.reason}" if finding else None
+        finding = self.audit.check([_functional(row) for row in self._new_rows(rows)])
+        if finding:
+            return f"query-set-size control: exact audit: {finding.reason}"
+        if self.region_audit is not None and self.regions and rows:
+            atoms = self.audit._refined([_functional(row) for row in rows])
+            region = self.region_audit.check([_region_form(row) for row in rows], atoms)
+            if region:
+                return f"empty region: {region}"
+        return None
 
     def record(self, evaluated: Evaluated) -> list[Released]:
-        """Add a released analysis; returns the rows to store."""
-        rows = released_functionals(evaluated)
+        """Add a released analysis; returns the rows to store (those not released before)."""
+        rows = self.fresh(released_functionals(evaluated))
         self._add(rows)
         return rows
 
+    def _new_rows(self, rows: list[Released]) -> list[Released]:
+        """Rows whose records and weight no earlier row has (the record-level audit's unit)."""
+        out, batch = [], set()
+        for row in rows:
+            key = (_digest(row.members), row.weight)
+            if key not in self._seen_rows and key not in batch:
+                batch.add(key)
+                out.append(row)
+        return out
+
     def _add(self, rows: list[Released]) -> None:
         assert self.audit is not None
-        self.audit.record([_functional(row) for row in rows])
+        if not rows:
+            return
+        self.audit.record([_functional(row) for row in self._new_rows(rows)])
+        if self.region_audit is not None:
+            self.region_audit.record([_region_form(row) for row in rows], self.audit._atoms)
         for row in rows:
+            digest = _digest(row.members)
+            self._seen.add((digest, row.weight, row.definition))
+            self._seen_rows.add((digest, row.weight))
             if row.weight is None and any(row.members):
-                self._definitions.setdefault(_digest(row.members), set()).add(row.definition)
+                self._definitions.setdefault(digest, set()).add(row.definition)
 
     def _empty_cell(self, rows: list[Released]) -> str | None:
         batch: dict[bytes, set[str]] = {}
@@ -130,3 +183,7 @@ def _digest(members: bytes) -> bytes:
 
 def _functional(row: Released) -> Functional:
     return Functional(np.frombuffer(row.members, dtype=np.uint8), row.weight)
+
+
+def _region_form(row: Released) -> RegionForm:
+    return RegionForm(np.frombuffer(row.members, dtype=np.uint8), row.weight, row.definition)

@@ -29,7 +29,12 @@ person is suspended until the data owner lifts it (``petlab-server persons lift`
 Concurrency: steps are serialised per person (a person's sessions move one step at a time), while
 other persons' analyses are evaluated alongside; the decision and the record of a release happen
 under one lock for the whole history (read, check, extend atomically), since every analysis is
-audited against everything released.
+audited against everything released. A step waits at most ``lock_seconds`` for that lock; past it
+the step is refused with UNAVAILABLE and a retry hint, nothing changed, so one person's expensive
+history never stalls the others for longer (issue 30). What one person adds to the history is
+capped per session and per day (``PersonPolicy.rows_per_session``, ``rows_per_day``: new released
+forms, repeats are free), and the audit's own work is capped (``release_audit``, ``region_audit``),
+so the time the lock is held is bounded too.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
 from petlab.server.controller.configuration import ControllerIdentity
 from petlab.server.controller.output_checking import Rules
 from petlab.server.controller.people import PersonPolicy, barrier, key_person
+from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.release_history import ReleaseHistory, released_functionals
 from petlab.server.controller.session_store import ABORTED, CLOSED, FINISHED, Session, SessionStore
 
@@ -74,6 +80,7 @@ DIAGNOSTICS_HEADER = (
     "# the data, never share it with analysts or ship it to a shared log.\n"
 )
 MAX_SPEC_BYTES = 64 * 1024
+LOCK_SECONDS = 5.0  # the longest a step waits for the one history lock (issue 30)
 WITHHELD = "withheld: disclosure control"
 _BARRIER_STATUS = {
     "suspended": grpc.StatusCode.PERMISSION_DENIED,
@@ -124,6 +131,8 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         identity: ControllerIdentity | None = None,
         history: ReleaseHistory | None = None,
         diagnostics: Path | None = None,
+        domain: PublicDomain | None = None,
+        lock_seconds: float = LOCK_SECONDS,
     ):
         """``analysts``: raw public keys allowed to analyse, each with its person (an allow-list);
         with an ``authority_key`` a key outside the list may still analyse with the authority's
@@ -132,7 +141,12 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         per person. ``identity`` is what an authority's co-signature must name (required with an
         ``authority_key``); its data digest keys the release history, which is replayed from
         ``sessions`` (a changed data file starts a new, empty one, and the log says so).
-        ``diagnostics``: the confidential file exact refusal reasons go to (module docstring)."""
+        ``diagnostics``: the confidential file exact refusal reasons go to (module docstring).
+        ``domain``: the public attribute domain (``public_domain``): definitions, table levels and
+        the region audit use it; without it (library use) they fall back on the values present.
+        ``lock_seconds``: the longest a step waits for the history's lock before it is refused with
+        UNAVAILABLE and a retry hint (module docstring)."""
+        self._lock_seconds = lock_seconds
         if authority_key is not None and identity is None:
             raise ValueError("a controller with a certification authority needs its identity")
         self._data, self._sessions = data, sessions
@@ -154,7 +168,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             self._rules_sha256 = hashlib.sha256(canonical_json(self._rules.__dict__)).hexdigest()
             self._data_named = "this data set"
         self.diagnostics = ConfidentialDiagnostics(diagnostics)
-        self._history = history or ReleaseHistory(data, self._rules)
+        self._domain = domain
+        if domain is not None:
+            domain.check_covers(data)
+        self._history = history or ReleaseHistory(data, self._rules, domain=domain)
         self._start_history()
 
     def _start_history(self) -> None:
@@ -318,7 +335,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
         try:
-            evaluated = evaluate(spec, self._data)
+            evaluated = evaluate(spec, self._data, self._domain)
         except AnalysisError as exc:  # our own sentence, stated without figures of the data
             self._cannot_run(session, position, context, exc, exc.data_dependent)
         except Exception:  # never Python's message to the analyst; the session ends cleanly
@@ -326,23 +343,54 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             # holds an infinite value): whether they happen depends on the records
             return self._failed(session, position, "the analysis")
         history = self._history_for(session.person)
-        with self._release_lock:  # module docstring: decide and record against one history
+        if not self._release_lock.acquire(timeout=self._lock_seconds):
+            # nothing changed: the same step can be sent again (module docstring)
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the controller is deciding another analysis; send this step again in "
+                f"{self._lock_seconds:g} s or more",
+            )
+        try:  # module docstring: decide and record against one history
+            rows = history.fresh(released_functionals(evaluated))
+            self._check_row_caps(session, len(rows), context)
             try:
                 reason = refusal_reason(evaluated, history)
             except Exception:  # the decision failed: nothing is released, the session ends cleanly
                 return self._failed(session, position, "the decision on the analysis")
             if reason:
                 return self._abort(session, position, reason)
-            rows = released_functionals(evaluated)
             self._sessions.advance(
                 session, request.trace, new_state.finished, self._data_sha256, self._rules_sha256, rows
             )
             history.replay(rows)
+        finally:
+            self._release_lock.release()
         return controller_pb2.NextResponse(
             position=position,
             last=new_state.finished,
             result_json=json.dumps(evaluated.result, sort_keys=True),
         )
+
+    def _check_row_caps(self, session: Session, rows: int, context) -> None:
+        """Refuse (RESOURCE_EXHAUSTED, the session unchanged) a step that would take the person past
+        the new rows they may add to the history per session or per day (``people.PersonPolicy``).
+        The count is of definitions not released before, so the decision depends on the specs and
+        the history, not on the records (a regression's discrete levels excepted)."""
+        if not rows:
+            return
+        in_session, in_day = self._sessions.rows_added(session.person, session.session_id)
+        if in_session + rows > self._policy.rows_per_session:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this step would add more than {self._policy.rows_per_session} new released forms in "
+                "one session; open a new session to continue",
+            )
+        if in_day + rows > self._policy.rows_per_day:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this step would add more than {self._policy.rows_per_day} new released forms in 24 "
+                "hours; send it again later",
+            )
 
     def _cannot_run(self, session: Session, position: int, context, exc: Exception, depends_on_data: bool):
         """The spec cannot run: the analyst is told why (a sentence that names no figure of the

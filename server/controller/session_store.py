@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS releases (history TEXT NOT NULL, members BLOB NOT NUL
   definition TEXT NOT NULL, rules_sha256 TEXT NOT NULL, person TEXT NOT NULL, session_id TEXT NOT NULL,
   position INTEGER NOT NULL, created REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS releases_by_history ON releases (history);
+CREATE INDEX IF NOT EXISTS releases_by_person ON releases (person, created);
 CREATE TABLE IF NOT EXISTS histories (data_sha256 TEXT PRIMARY KEY, n_records INTEGER NOT NULL,
   started REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS persons (person TEXT PRIMARY KEY, refusals INTEGER NOT NULL DEFAULT 0,
@@ -235,6 +236,19 @@ class SessionStore:
         if row is None:
             return PersonState(person, analyses_last_day=int(recent))
         return PersonState(person, int(row[0]), row[1], bool(row[2]), int(recent))
+
+    def rows_added(self, person: str, session_id: str, now: float | None = None) -> tuple[int, int]:
+        """Released rows ``person`` added to the histories in ``session_id`` and in the last 24 hours
+        (the caps of issue 30, ``people.PersonPolicy``)."""
+        now = time.time() if now is None else now
+        with self.lock:
+            (in_session,) = self._db.execute(
+                "SELECT COUNT(*) FROM releases WHERE person = ? AND session_id = ?", (person, session_id)
+            ).fetchone()
+            (in_day,) = self._db.execute(
+                "SELECT COUNT(*) FROM releases WHERE person = ? AND created > ?", (person, now - DAY)
+            ).fetchone()
+        return int(in_session), int(in_day)
 
     def persons(self) -> list[tuple[PersonState, str]]:
         """Every person with a record (refusals or a suspension), with the note."""
