@@ -47,10 +47,12 @@ PROBE_SECONDS = 5.0  # a probe call's deadline: a server that does not answer wi
 START_SECONDS = 240.0
 
 
-class RawWatch:
-    """A health ``Watch`` whose HTTP/2 stream window is ``window`` bytes and never grows."""
+class RawStream:
+    """One gRPC call on a raw HTTP/2 connection whose stream window is ``window`` bytes and never
+    grows: ``message`` (serialized) is sent as the one request, the request stream left open unless
+    ``end_stream``."""
 
-    def __init__(self, host: str, port: int, window: int, service: str = ""):
+    def __init__(self, host: str, port: int, window: int, path: str, message: bytes, end_stream: bool):
         self.sock = socket.create_connection((host, port), timeout=5)
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         self.conn = h2.connection.H2Connection(config=config)
@@ -64,14 +66,13 @@ class RawWatch:
             [
                 (":method", "POST"),
                 (":scheme", "http"),
-                (":path", WATCH_PATH),
+                (":path", path),
                 (":authority", f"{host}:{port}"),
                 ("content-type", "application/grpc"),
                 ("te", "trailers"),
             ],
         )
-        body = health_pb2.HealthCheckRequest(service=service).SerializeToString()
-        self.conn.send_data(stream, struct.pack(">BI", 0, len(body)) + body, end_stream=True)
+        self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message, end_stream=end_stream)
         self.sock.sendall(self.conn.data_to_send())
         self.closed = threading.Event()
         self.ended_by_server = threading.Event()  # RST_STREAM, trailers or GOAWAY: the server let go
@@ -109,6 +110,14 @@ class RawWatch:
         self._reader.join(timeout=5)
 
 
+class RawWatch(RawStream):
+    """A health ``Watch`` (of the whole server unless ``service``) on a :class:`RawStream`."""
+
+    def __init__(self, host: str, port: int, window: int, service: str = ""):
+        request = health_pb2.HealthCheckRequest(service=service).SerializeToString()
+        super().__init__(host, port, window, WATCH_PATH, request, end_stream=True)
+
+
 def leaving_watcher(address: str, stop: threading.Event, rng: random.Random) -> None:
     """Watch health, read for a random while (up to 0.5 s), leave; again until ``stop``."""
     while not stop.is_set():
@@ -133,6 +142,7 @@ class Probe:
     slowest_check: float = 0.0
     slowest_list: float = 0.0
     calls: int = 0
+    dropped: int = 0  # hostile watchers the server cancelled (each came back)
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -181,12 +191,14 @@ def attack(
     ``flip_seconds`` apart, while the hostile watchers stay and the leaving ones come and go."""
     host, port = address.rsplit(":", 1)
     rng = random.Random(seed)
-    raw = [RawWatch(host, int(port), 0) for _ in range(zero_window)]
-    raw += [RawWatch(host, int(port), 7) for _ in range(non_readers)]
+    windows = [0] * zero_window + [7] * non_readers
+    raw = [RawWatch(host, int(port), window) for window in windows]
     stop, result = threading.Event(), Probe()
-    threads = [threading.Thread(target=probe, args=(address, stop, result), daemon=True)]
+    threads = [threading.Thread(target=probe, args=(address, stop, result), name="probe", daemon=True)]
     threads += [
-        threading.Thread(target=leaving_watcher, args=(address, stop, random.Random(rng.random())), daemon=True)
+        threading.Thread(
+            target=leaving_watcher, args=(address, stop, random.Random(rng.random())), name="leaver", daemon=True
+        )
         for _ in range(leavers)
     ]
     for thread in threads:
@@ -195,6 +207,12 @@ def attack(
         for _ in range(flips):
             flip()
             time.sleep(flip_seconds * rng.uniform(0.5, 1.5))
+            for i, watch in enumerate(raw):  # a hostile watcher the server dropped comes back
+                if watch.ended_by_server.is_set():
+                    watch.close()
+                    result.dropped += 1
+                    with contextlib.suppress(OSError):
+                        raw[i] = RawWatch(host, int(port), windows[i])
         time.sleep(0.5)  # the last flip's sends
     finally:
         stop.set()
