@@ -156,18 +156,26 @@ def probe(address: str, stop: threading.Event, result: Probe) -> None:
     while not stop.is_set():
         with grpc.insecure_channel(address) as channel:
             for name, call in (
-                ("Check", lambda: health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=PROBE_SECONDS
-                )),
-                ("ListModels", lambda: knn_pb2_grpc.KnnServiceStub(channel).ListModels(
-                    knn_pb2.ListModelsRequest(), timeout=PROBE_SECONDS
-                )),
+                (
+                    "Check",
+                    lambda: health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=PROBE_SECONDS
+                    ),
+                ),
+                (
+                    "ListModels",
+                    lambda: knn_pb2_grpc.KnnServiceStub(channel).ListModels(
+                        knn_pb2.ListModelsRequest(), timeout=PROBE_SECONDS
+                    ),
+                ),
             ):
                 began = time.monotonic()
                 try:
                     call()
                 except grpc.RpcError as exc:
-                    result.failures.append(f"{name}: {exc.code().name} after {time.monotonic() - began:.1f} s")
+                    result.failures.append(
+                        f"{name}: {exc.code().name} after {time.monotonic() - began:.1f} s"
+                    )
                 took = time.monotonic() - began
                 result.calls += 1
                 if name == "Check":
@@ -197,7 +205,10 @@ def attack(
     threads = [threading.Thread(target=probe, args=(address, stop, result), name="probe", daemon=True)]
     threads += [
         threading.Thread(
-            target=leaving_watcher, args=(address, stop, random.Random(rng.random())), name="leaver", daemon=True
+            target=leaving_watcher,
+            args=(address, stop, random.Random(rng.random())),
+            name="leaver",
+            daemon=True,
         )
         for _ in range(leavers)
     ]

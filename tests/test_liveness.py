@@ -118,7 +118,10 @@ def test_stop_returns_within_grace_whatever_the_watchers_do(serve, tmp_path):
 @pytest.mark.parametrize("length", [0, 200, 201, 5000])
 def test_check_and_watch_answer_any_service_name(serve, tmp_path, length):
     """Unknown (or overlong) names: ``Check`` says NOT_FOUND, ``Watch`` SERVICE_UNKNOWN."""
-    with controller_only(serve, tmp_path) as running, grpc.insecure_channel(f"127.0.0.1:{running.port}") as ch:
+    with (
+        controller_only(serve, tmp_path) as running,
+        grpc.insecure_channel(f"127.0.0.1:{running.port}") as ch,
+    ):
         stub = health_pb2_grpc.HealthStub(ch)
         name = "x" * length
         if length == 0:

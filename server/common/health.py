@@ -89,7 +89,8 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
         while True:
             with self._changed:
                 self._changed.wait_for(
-                    lambda: ended.is_set() or self._current(service) != sent, timeout=self._poll_seconds
+                    lambda last=sent: ended.is_set() or self._current(service) != last,
+                    timeout=self._poll_seconds,
                 )
                 current = self._current(service)
             if ended.is_set() or not context.is_active():
