@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
             server.kill()
         hung = result.hung or exited is None
         hangs += hung
+        exit_text = "NONE" if exited is None else f"{exited:.1f} s"
+        hang_text = " HANG " + "; ".join(result.failures) if hung else ""
         print(
-            f"run {repeat}: slowest Check {result.slowest_check:.2f} s, ListModels {result.slowest_list:.2f} s, "
-            f"{result.dropped} hostile watchers dropped, exit after SIGTERM "
-            f"{'NONE' if exited is None else f'{exited:.1f} s'}{' HANG ' + '; '.join(result.failures) if hung else ''}",
+            f"run {repeat}: slowest Check {result.slowest_check:.2f} s, "
+            f"ListModels {result.slowest_list:.2f} s, {result.dropped} hostile watchers dropped, "
+            f"exit after SIGTERM {exit_text}{hang_text}",
             flush=True,
         )
     print(f"hangs: {hangs} of {args.repeats}")
