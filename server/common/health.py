@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -88,16 +89,17 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
         sent: int | None = None
         while True:
             with self._changed:
-                self._changed.wait_for(
-                    lambda last=sent: ended.is_set() or self._current(service) != last,
-                    timeout=self._poll_seconds,
-                )
+                self._changed.wait_for(partial(self._news, ended, service, sent), timeout=self._poll_seconds)
                 current = self._current(service)
             if ended.is_set() or not context.is_active():
                 return
             if current != sent:
                 sent = current
                 yield health_pb2.HealthCheckResponse(status=current)
+
+    def _news(self, ended: threading.Event, service: str | None, sent: int | None) -> bool:
+        """Called with the condition held: the call ended or the status is not the one sent."""
+        return ended.is_set() or self._current(service) != sent
 
     def _current(self, service: str | None) -> int:
         """Called with the condition held."""
