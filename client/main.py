@@ -204,8 +204,10 @@ def run(args, channel) -> int:
             .models
         ):
             print(
-                f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
-                f"classes {', '.join(info.class_names)}"
+                shown(
+                    f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
+                    f"classes {', '.join(info.class_names)}"
+                )
             )
         return 0
     cache_dir = getattr(args, "cache_dir", None) or default_cache_dir()  # unused by the baseline

@@ -126,7 +126,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domain", type=Path, default=None, help="public domain CSV (default: the shipped ACS one)"
     )
-    parser.add_argument("--out", type=Path, default=Path("results/controller_caution.csv"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/controller_caution.csv"),
+        help="the CSV to write (a Markdown table beside it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -352,7 +352,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--calls", type=int, default=200, help="cheap calls of each kind at each level")
     parser.add_argument("--call-timeout", type=float, default=2.0, help="deadline of each cheap call, s")
-    parser.add_argument("--out", type=Path, default=Path("results/server_design.csv"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/server_design.csv"),
+        help="the CSV to write (a Markdown table beside it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import grpc
 import pandas as pd
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from petlab.addresses import is_loopback_host
@@ -39,7 +38,10 @@ from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.caller_flags import caller_identities, owner_quota
 from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.health import NOT_SERVING, SERVING, HealthStatuses, add_health_servicer
+from petlab.server.common.health import SERVICE_NAME as HEALTH_SERVICE
 from petlab.server.common.request_arrival import RequestArrival
+from petlab.server.common.send_deadline import SEND_SECONDS, SendDeadline
 from petlab.server.common.streams import StreamGuard, StreamLimits
 from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
 from petlab.server.common.undecodable import UndecodableRequests
@@ -69,7 +71,7 @@ PAILLIER_SERVICE = paillier_pb2.DESCRIPTOR.services_by_name["PaillierKnnService"
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisController"].full_name
 
 
-HEALTH_FLIP_SECONDS = 2.0  # longest the stop waits for health watchers to hear NOT_SERVING
+STOP_MARGIN_SECONDS = 3.0  # RunningServer.stop returns within grace plus this, whatever the peers do
 
 
 @dataclass
@@ -115,6 +117,7 @@ class ServerOptions:
     call_seconds: float = 900.0  # server-side time limit of every call (server.common.thread_share)
     request_seconds: float = 10.0  # a call's request message must arrive within this (request_arrival)
     streams: StreamLimits = field(default_factory=StreamLimits)  # server.common.streams
+    send_seconds: float = SEND_SECONDS  # one send of a response stream (server.common.send_deadline)
 
     @property
     def plaintext(self) -> bool:
@@ -162,10 +165,13 @@ class Services:
 class RunningServer:
     server: grpc.Server
     port: int
-    health: health.HealthServicer
+    health: HealthStatuses
     services: Services
     _expiry_stop: threading.Event
     streams: StreamGuard | None = None
+    send_deadline: SendDeadline | None = None
+    health_control: HealthControl | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
 
     @property
     def keys(self) -> KeyStore:
@@ -194,23 +200,58 @@ class RunningServer:
         return evaluator if isinstance(evaluator, ClusterEvaluator) else None
 
     def stop(self, grace: float = 10.0) -> None:
-        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release.
+        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release; returns
+        within ``grace`` + :data:`STOP_MARGIN_SECONDS` whatever the peers do.
 
-        grpc's health servicer sends the new status to every ``Watch`` stream from the calling
-        thread, holding its lock, and a send waits for the stream's previous one: a watcher that
-        stopped reading held the stop for ever (seen in ``tests/test_load.py``). The flip runs in
-        its own thread for at most :data:`HEALTH_FLIP_SECONDS`; ``server.stop`` then cancels every
-        call, the stuck watcher's included."""
-        flip = threading.Thread(
-            target=self.health.enter_graceful_shutdown, name="petlab-health-shutdown", daemon=True
-        )
-        flip.start()
-        flip.join(timeout=min(grace, HEALTH_FLIP_SECONDS))
-        self.server.stop(grace).wait()
+        The flip only records the status and wakes the watchers (``server.common.health``: nothing
+        is sent under a lock, so no watcher can hold it); ``server.stop`` cancels every call still
+        open after ``grace``, and its wait is bounded too. Stopping twice is harmless."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()
+        if not self.server.stop(grace).wait(grace + STOP_MARGIN_SECONDS):
+            log.warning("the gRPC server did not confirm its stop within %.0f s", grace + STOP_MARGIN_SECONDS)
         self._expiry_stop.set()
         if self.streams is not None:
             self.streams.close()
+        if self.send_deadline is not None:
+            self.send_deadline.close()
         self.services.close()
+
+    def set_maintenance(self, down: bool) -> None:
+        """The owner takes the server out of rotation (health NOT_SERVING for every service while
+        calls are still answered) or puts it back; ``petlab-server serve`` does it on SIGUSR1."""
+        if self.health_control is not None:
+            self.health_control.set_maintenance(down)
+
+
+@dataclass
+class HealthControl:
+    """The statuses the server publishes: SERVING unless the owner put it in maintenance or, for the
+    k-NN service, the cluster has no workers. Every change goes through :meth:`HealthStatuses.set`,
+    which never waits on a watcher."""
+
+    health: HealthStatuses
+    services: tuple[str, ...]  # every served name; "" is the server as a whole
+    cluster_dependent: tuple[str, ...] = ()
+    maintenance: bool = False
+    cluster_serving: bool = True
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def publish(self) -> None:
+        with self._lock:
+            for name in self.services:
+                up = not self.maintenance and (self.cluster_serving or name not in self.cluster_dependent)
+                self.health.set(name, SERVING if up else NOT_SERVING)
+
+    def set_maintenance(self, down: bool) -> None:
+        self.maintenance = down
+        self.publish()
+
+    def set_cluster_serving(self, serving: bool) -> None:
+        self.cluster_serving = serving
+        self.publish()
 
 
 def load_models(options: ServerOptions, parts: int = 1) -> dict[str, HostedModel]:
@@ -454,6 +495,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
 def serve(options: ServerOptions, services: Services) -> RunningServer:
     """Put ``services`` on one gRPC server (interceptors, health, reflection), bind, start."""
     streams = StreamGuard(options.streams)
+    send_deadline = SendDeadline(options.send_seconds)
     server = grpc.server(
         # a thread for every admitted call: one waiting for its request message holds one
         # (server.common.request_arrival); --workers bounds the calls that work (ThreadShare)
@@ -464,6 +506,7 @@ def serve(options: ServerOptions, services: Services) -> RunningServer:
             RequestArrival(options.request_seconds),
             UndecodableRequests(),
             streams,
+            send_deadline,
             CallTimeLimit(options.call_seconds),
             ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - options.reserved_threads),
         ],
@@ -474,26 +517,16 @@ def serve(options: ServerOptions, services: Services) -> RunningServer:
     if services.controller is not None:
         controller_pb2_grpc.add_AnalysisControllerServicer_to_server(services.controller, server)
     names = services.names()
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    health_servicer = HealthStatuses()
+    add_health_servicer(health_servicer, server)
+    reflection.enable_server_reflection((*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
     port = _bind(server, options)
     server.start()
-    for name in ("", *names):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     cluster = services.evaluator if isinstance(services.evaluator, ClusterEvaluator) else None
+    control = HealthControl(health_servicer, ("", *names), ("", KNN_SERVICE) if cluster else ())
+    control.publish()
     if cluster is not None:  # NOT_SERVING while the cluster has no workers
-
-        def cluster_health(serving: bool) -> None:
-            status = (
-                health_pb2.HealthCheckResponse.SERVING
-                if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING
-            )
-            for name in ("", KNN_SERVICE):
-                health_servicer.set(name, status)
-
-        cluster.watch(cluster_health)
+        cluster.watch(control.set_cluster_serving)
     stop_expiry = threading.Event()
 
     def expire_keys() -> None:
@@ -503,7 +536,9 @@ def serve(options: ServerOptions, services: Services) -> RunningServer:
                 services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
 
     threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(server, port, health_servicer, services, stop_expiry, streams)
+    return RunningServer(
+        server, port, health_servicer, services, stop_expiry, streams, send_deadline, control
+    )
 
 
 def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:

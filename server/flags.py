@@ -82,6 +82,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         60.0,
         "a stream that reads requests (reflection) and gets none this long is cancelled",
     )
+    add_env_option(
+        serve,
+        "--send-seconds",
+        float,
+        5.0,
+        "a response stream (health Watch, reflection) whose peer has not taken one message this long "
+        "is cancelled",
+    )
     add_env_option(serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown")
     add_knn_arguments(parser.add_argument_group("encrypted k-NN models"))
     add_analysis_arguments(parser.add_argument_group("analysis controller"))
@@ -106,5 +114,6 @@ def serve_options(args: argparse.Namespace) -> ServerOptions:
         "call_seconds": args.call_seconds,
         "request_seconds": args.request_seconds,
         "streams": StreamLimits(args.stream_slots, args.stream_idle_seconds, args.stream_seconds),
+        "send_seconds": args.send_seconds,
     }
     return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))

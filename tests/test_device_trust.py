@@ -151,7 +151,7 @@ class FailingKnn(knn_pb2_grpc.KnnServiceServicer):
 
 def test_error_details_from_the_server_are_sanitized(capsys):
     with fake_server(FailingKnn()) as address:
-        assert client_main.main(["models", "--server", address]) == 1
+        assert client_main.main(["models", "--server", address]) == 3  # a refusal (exit statuses)
     err = capsys.readouterr().err
     assert "FAILED_PRECONDITION" in err and not unsafe(err), err
 

@@ -1,0 +1,281 @@
+"""Hostile health watchers against a real ``petlab-server`` process, and the probe that says whether
+the server stayed alive (issue 29; ``tests/test_liveness.py``, ``experiments/liveness_stress.py``).
+
+* :class:`RawWatch`: one health ``Watch`` on a raw HTTP/2 connection (the ``h2`` package) that
+  announces a stream window of ``window`` bytes and never grants more: ``window=0`` is the zero-window
+  peer (no status can ever be delivered), ``window=7`` the non-reader (the first status, 7 bytes with
+  gRPC's framing, spends the window). It still answers PINGs and acknowledges SETTINGS, as a live
+  but hostile peer does.
+* :func:`leaving_watcher`: an ordinary grpc client that watches and leaves at a random moment.
+* :func:`attack`: zero-window, non-reading and leaving watchers while health flips ``flips`` times
+  (SIGUSR1 to the server, the owner's maintenance toggle; or any ``flip`` callable), probing health
+  ``Check`` and ``ListModels`` with a deadline throughout. The caller then stops the process.
+
+Everything is bounded: every socket has a timeout, every call a deadline, every thread is joined
+with a timeout. Loopback only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from petlab.plaindata import acs_sample_path
+from petlab.protos import knn_pb2, knn_pb2_grpc
+
+SERVER = Path(sys.executable).with_name("petlab-server")
+WATCH_PATH = "/grpc.health.v1.Health/Watch"
+PROBE_SECONDS = 5.0  # a probe call's deadline: a server that does not answer within it is stuck
+START_SECONDS = 240.0
+
+
+class RawStream:
+    """One gRPC call on a raw HTTP/2 connection whose stream window is ``window`` bytes and never
+    grows: ``message`` (serialized) is sent as the one request, the request stream left open unless
+    ``end_stream``."""
+
+    def __init__(self, host: str, port: int, window: int, path: str, message: bytes, end_stream: bool):
+        self.sock = socket.create_connection((host, port), timeout=5)
+        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        self.conn = h2.connection.H2Connection(config=config)
+        self.conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+        )
+        self.conn.initiate_connection()
+        stream = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(
+            stream,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", path),
+                (":authority", f"{host}:{port}"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            ],
+        )
+        self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message, end_stream=end_stream)
+        self.sock.sendall(self.conn.data_to_send())
+        self.closed = threading.Event()
+        self.ended_by_server = threading.Event()  # RST_STREAM, trailers or GOAWAY: the server let go
+        self._reader = threading.Thread(target=self._read, name="raw-watch", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        """Frames are parsed (SETTINGS acknowledged, PINGs answered) but no WINDOW_UPDATE is sent."""
+        self.sock.settimeout(0.5)
+        while not self.closed.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            try:
+                events = self.conn.receive_data(data)
+                self.sock.sendall(self.conn.data_to_send())
+            except Exception:  # a protocol error or a closed socket: this peer is done
+                break
+            if any(
+                isinstance(e, h2.events.StreamReset | h2.events.ConnectionTerminated | h2.events.StreamEnded)
+                for e in events
+            ):
+                self.ended_by_server.set()
+        self.ended_by_server.set()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self._reader.join(timeout=5)
+
+
+class RawWatch(RawStream):
+    """A health ``Watch`` (of the whole server unless ``service``) on a :class:`RawStream`."""
+
+    def __init__(self, host: str, port: int, window: int, service: str = ""):
+        request = health_pb2.HealthCheckRequest(service=service).SerializeToString()
+        super().__init__(host, port, window, WATCH_PATH, request, end_stream=True)
+
+
+def leaving_watcher(address: str, stop: threading.Event, rng: random.Random) -> None:
+    """Watch health, read for a random while (up to 0.5 s), leave; again until ``stop``."""
+    while not stop.is_set():
+        with grpc.insecure_channel(address) as channel:
+            call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=30)
+            leave_at = time.monotonic() + rng.uniform(0.0, 0.5)
+            timer = threading.Timer(max(leave_at - time.monotonic(), 0.0), call.cancel)
+            timer.daemon = True
+            timer.start()
+            with contextlib.suppress(grpc.RpcError):
+                for _ in call:
+                    if stop.is_set():
+                        break
+            call.cancel()
+            timer.cancel()
+
+
+@dataclass
+class Probe:
+    """The slowest answer of health ``Check`` and ``ListModels``, and what failed."""
+
+    slowest_check: float = 0.0
+    slowest_list: float = 0.0
+    calls: int = 0
+    dropped: int = 0  # hostile watchers the server cancelled (each came back)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def hung(self) -> bool:
+        return bool(self.failures)
+
+
+def probe(address: str, stop: threading.Event, result: Probe) -> None:
+    """``Check`` and ``ListModels`` every 50 ms, each with a :data:`PROBE_SECONDS` deadline, each
+    on a fresh connection (a stuck shared connection must not hide a live server, nor the reverse)."""
+    while not stop.is_set():
+        with grpc.insecure_channel(address) as channel:
+            for name, call in (
+                (
+                    "Check",
+                    lambda: health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=PROBE_SECONDS
+                    ),
+                ),
+                (
+                    "ListModels",
+                    lambda: knn_pb2_grpc.KnnServiceStub(channel).ListModels(
+                        knn_pb2.ListModelsRequest(), timeout=PROBE_SECONDS
+                    ),
+                ),
+            ):
+                began = time.monotonic()
+                try:
+                    call()
+                except grpc.RpcError as exc:
+                    result.failures.append(
+                        f"{name}: {exc.code().name} after {time.monotonic() - began:.1f} s"
+                    )
+                took = time.monotonic() - began
+                result.calls += 1
+                if name == "Check":
+                    result.slowest_check = max(result.slowest_check, took)
+                else:
+                    result.slowest_list = max(result.slowest_list, took)
+        stop.wait(0.05)
+
+
+def attack(
+    address: str,
+    flip: Callable[[], None],
+    flips: int = 40,
+    flip_seconds: float = 0.05,
+    zero_window: int = 1,
+    non_readers: int = 1,
+    leavers: int = 2,
+    seed: int = 0,
+) -> Probe:
+    """The attack of the module docstring; returns the probe's record. Health flips ``flips`` times,
+    ``flip_seconds`` apart, while the hostile watchers stay and the leaving ones come and go."""
+    host, port = address.rsplit(":", 1)
+    rng = random.Random(seed)
+    windows = [0] * zero_window + [7] * non_readers
+    raw = [RawWatch(host, int(port), window) for window in windows]
+    stop, result = threading.Event(), Probe()
+    threads = [threading.Thread(target=probe, args=(address, stop, result), name="probe", daemon=True)]
+    threads += [
+        threading.Thread(
+            target=leaving_watcher,
+            args=(address, stop, random.Random(rng.random())),
+            name="leaver",
+            daemon=True,
+        )
+        for _ in range(leavers)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(flips):
+            flip()
+            time.sleep(flip_seconds * rng.uniform(0.5, 1.5))
+            for i, watch in enumerate(raw):  # a hostile watcher the server dropped comes back
+                if watch.ended_by_server.is_set():
+                    watch.close()
+                    result.dropped += 1
+                    with contextlib.suppress(OSError):
+                        raw[i] = RawWatch(host, int(port), windows[i])
+        time.sleep(0.5)  # the last flip's sends
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=2 * PROBE_SECONDS + 5)
+            if thread.is_alive():
+                result.failures.append(f"{thread.name} still running after its stop")
+        for watch in raw:
+            watch.close()
+    return result
+
+
+class ServerProcess:
+    """One ``petlab-server serve`` on a free loopback port: the controller on the bundled ACS sample
+    (no circuit to compile) unless ``arguments`` name models, with ``--grace``."""
+
+    def __init__(self, work: Path, grace: float = 2.0, arguments: tuple[str, ...] = ()):
+        work.mkdir(parents=True, exist_ok=True)
+        port_file = work / "port"
+        port_file.unlink(missing_ok=True)
+        self.log = work / "server.log"
+        self.grace = grace
+        command = [str(SERVER), "serve", "--port", "0", "--port-file", str(port_file)]
+        command += ["--data-dir", str(work / "data"), "--grace", str(grace), "--send-seconds", "2"]
+        command += list(arguments) or ["--analysis-data", str(acs_sample_path()), "--open-analysis"]
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_SECONDS
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"petlab-server did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
+
+    def flip(self) -> None:
+        """The owner's maintenance toggle (SIGUSR1): health flips."""
+        os.kill(self.process.pid, signal.SIGUSR1)
+
+    def terminate(self, margin: float = 5.0) -> float | None:
+        """SIGTERM; the seconds until the process exited, None if it had not within grace + margin
+        (it is then killed)."""
+        began = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(self.grace + margin)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        return time.monotonic() - began
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)

@@ -1,0 +1,135 @@
+"""The server never freezes and always stops, whatever its health watchers do (issue 29).
+
+grpc's own health servicer sent each status change to every ``Watch`` stream holding its lock: one
+watcher with a zero HTTP/2 window froze health ``Check``, a watcher leaving at that moment froze
+grpc's event loop, and SIGTERM no longer stopped the process. The hostile peers are real HTTP/2
+connections (``petlab.experiments.liveness_peers``) against a real ``petlab-server`` process and
+against in-process servers; every wait here is bounded, so a regression fails, never hangs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
+
+from petlab.experiments.liveness_peers import PROBE_SECONDS, RawStream, RawWatch, ServerProcess, attack
+from petlab.plaindata import acs_sample_path
+from petlab.server.app import STOP_MARGIN_SECONDS
+from petlab.server.common.health import NOT_SERVING, SERVING
+
+SEND_SECONDS = 1.0
+REFLECTION_PATH = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+
+
+def controller_only(serve, tmp_path, **options):
+    """An in-process server with the controller only (no circuit) and a short send deadline."""
+    return serve(
+        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, send_seconds=SEND_SECONDS, **options
+    )
+
+
+def check(address: str, timeout: float = PROBE_SECONDS) -> int:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout).status
+
+
+def test_hostile_watchers_while_health_flips_then_sigterm_stops_the_process(tmp_path):
+    """Zero-window, non-reading and leaving watchers while health flips 60 times (the owner's
+    SIGUSR1): ``Check`` and ``ListModels`` answer within their deadline throughout, the hostile
+    watchers are dropped, and SIGTERM ends the process within grace + 5 s."""
+    server = ServerProcess(tmp_path / "server", grace=2.0)
+    try:
+        result = attack(server.address, server.flip, flips=60, zero_window=1, non_readers=1, leavers=2)
+        assert not result.hung, result.failures
+        assert result.calls >= 20, result
+        assert result.dropped >= 1, "a hostile watcher was never dropped"
+        exited = server.terminate(margin=5.0)
+        assert exited is not None, f"still running {server.grace + 5} s after SIGTERM"
+    finally:
+        server.kill()
+
+
+def test_a_watcher_that_takes_nothing_is_dropped_within_the_send_deadline(serve, tmp_path):
+    """A zero-window health watcher, and a reflection stream whose reply cannot be delivered, are
+    cancelled about ``send_seconds`` after their send began: neither holds a thread or a stream
+    slot for the stream's lifetime (600 s)."""
+    with controller_only(serve, tmp_path) as running:
+        host, port = "127.0.0.1", running.port
+        request = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
+        peers = [
+            RawWatch(host, port, window=0),
+            RawStream(host, port, 0, REFLECTION_PATH, request, end_stream=False),
+        ]
+        try:
+            for peer in peers:
+                assert peer.ended_by_server.wait(SEND_SECONDS + 10), "a stuck stream was never dropped"
+            assert running.send_deadline is not None and running.send_deadline.cancelled >= 2
+        finally:
+            for peer in peers:
+                peer.close()
+
+
+def test_a_health_flip_never_waits_on_a_watcher(serve, tmp_path):
+    """Each flip (the maintenance toggle and the cluster's, through the same ``HealthControl``)
+    returns at once while zero-window and non-reading watchers are open, and ``Check`` sees it."""
+    with controller_only(serve, tmp_path) as running:
+        control = running.health_control
+        assert control is not None
+        peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7, 0, 7)]
+        try:
+            time.sleep(0.3)  # the first status is on its way to every peer
+            for flip in range(40):
+                down = flip % 2 == 0
+                began = time.monotonic()
+                flipper = threading.Thread(target=control.set_maintenance, args=(down,), daemon=True)
+                flipper.start()
+                flipper.join(timeout=3.0)
+                assert not flipper.is_alive(), "a health flip waited on a watcher"
+                assert time.monotonic() - began < 3.0
+                assert check(f"127.0.0.1:{running.port}") == (NOT_SERVING if down else SERVING)
+        finally:
+            for peer in peers:
+                peer.close()
+
+
+def test_stop_returns_within_grace_whatever_the_watchers_do(serve, tmp_path):
+    """``RunningServer.stop(grace)`` returns within grace + the margin with stuck watchers open."""
+    with controller_only(serve, tmp_path) as running:
+        peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7)]
+        try:
+            time.sleep(0.3)
+            stopper = threading.Thread(target=running.stop, args=(1.0,), daemon=True)
+            began = time.monotonic()
+            stopper.start()
+            stopper.join(timeout=1.0 + STOP_MARGIN_SECONDS + 2)
+            assert not stopper.is_alive(), "stop did not return"
+            assert time.monotonic() - began < 1.0 + STOP_MARGIN_SECONDS + 2
+        finally:
+            for peer in peers:
+                peer.close()
+
+
+@pytest.mark.parametrize("length", [0, 200, 201, 5000])
+def test_check_and_watch_answer_any_service_name(serve, tmp_path, length):
+    """Unknown (or overlong) names: ``Check`` says NOT_FOUND, ``Watch`` SERVICE_UNKNOWN."""
+    with (
+        controller_only(serve, tmp_path) as running,
+        grpc.insecure_channel(f"127.0.0.1:{running.port}") as ch,
+    ):
+        stub = health_pb2_grpc.HealthStub(ch)
+        name = "x" * length
+        if length == 0:
+            assert stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5).status == SERVING
+            return
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=name), timeout=5)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        watch.cancel()
