@@ -53,7 +53,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 test: lint docs
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest --durations=40
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache site

@@ -255,15 +255,15 @@ def test_new_cache_directory_is_private(tiny_model, tmp_path, monkeypatch):
     assert (cache / "mac.key").stat().st_mode & 0o777 == 0o600
 
 
-def test_server_refuses_a_shared_model_cache_at_start(tmp_path, caplog):
+def test_server_refuses_a_shared_model_cache_at_start(tmp_path, capsys):
     """Through the CLI: a data directory whose model cache others can write stops the server
-    before anything is compiled or loaded (exit 2, the reason in the log)."""
+    before anything is compiled or loaded (exit 2, the reason on stderr)."""
     from petlab.server.main import main as server_main
 
     (tmp_path / "models").mkdir(mode=0o700)
     (tmp_path / "models").chmod(0o777)
     status = server_main(["serve", "--data-dir", str(tmp_path), "--model", "iris", "--n", "6", "--port", "0"])
-    assert status == 2 and "writable by other users" in caplog.text
+    assert status == 2 and "writable by other users" in capsys.readouterr().err
 
 
 def test_staging_left_by_a_killed_compile_is_removed(tmp_path):
