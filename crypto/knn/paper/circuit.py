@@ -63,7 +63,9 @@ def circuit_function(plan: KnnPlan, config: CircuitConfig) -> Callable:
     return knn
 
 
-def compile_circuit(plan: KnnPlan, config: CircuitConfig, simulation: bool = False) -> fhe.Circuit:
-    """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``."""
+def compile_circuit(plan: KnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
+) -> fhe.Circuit:
+    """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``
+    (with ``execution=False``, only simulated)."""
     compiler = fhe.Compiler(circuit_function(plan, config), {"q": "encrypted"})
-    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation))
+    return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation, execution))

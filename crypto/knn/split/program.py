@@ -252,14 +252,16 @@ def _function(stage: Stage) -> FunctionDef:
     return FunctionDef(body, {name: "encrypted" for name in stage.params})
 
 
-def compile_program(program: SplitProgram, config: CircuitConfig, simulation: bool = False) -> fhe.Module:
+def compile_program(
+    program: SplitProgram, config: CircuitConfig, simulation: bool = False, execution: bool = True
+) -> fhe.Module:
     """The module of every stage, wired by the graph, compiled on the derived input sets
     (``parameter_selection_strategy`` is forced to "multi": see the module docstring).
     ``ValueError`` when the query's ciphertext would not fit every stage that reads it."""
     check_program(program)
     functions = {stage.name: _function(stage) for stage in program.stages}
     compiler = ModuleCompiler(list(functions.values()), fhe.Wired(wires(program, functions)))
-    configuration = config.concrete_configuration(simulation).fork(parameter_selection_strategy="multi")
+    configuration = config.concrete_configuration(simulation, execution).fork(parameter_selection_strategy="multi")
     module = compiler.compile(inputsets(program), configuration)
     check_query_inputs(module.server.client_specs.serialize(), program.graph)
     return module

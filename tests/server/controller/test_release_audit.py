@@ -102,7 +102,7 @@ def test_rref_and_left_null_space_modulo_p():
     assert np.all(matmul(null, m[:, :4] % P, P) == 0) and len(null) == 6 - len(rref(m[:, :4], P)[0])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.integers(0, 2**32 - 1))
 def test_the_search_equals_brute_force(seed):
     """Structured spaces (small integer combinations of sparse 0/1 patterns, sometimes with a small
@@ -130,7 +130,7 @@ def test_the_search_equals_brute_force(seed):
         assert 0 < sizes[found].sum() < t and len(rref(np.vstack([basis, z]), P)[0]) == len(basis)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(0, 2**32 - 1))
 def test_the_audit_equals_brute_force(seed):
     """Random released systems over 8 to 14 records (sets, sets weighed by a column as sums and

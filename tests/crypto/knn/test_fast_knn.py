@@ -155,7 +155,7 @@ def test_iris_circuit_makes_linear_many_lookups(iris_fast_circuit, iris_fast_mod
 def test_small_n_simulation_equals_reference(n, k, simulate_all):
     data = load_bundled("iris")
     model = build_model("iris", data.features, data.labels, KnnSettings(n=n, k=k, algorithm="fast"))
-    circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)
+    circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True, execution=False)
     queries = np.random.default_rng(n).integers(0, 16, size=(40, 4))
     expected_classes = classify(model.plan, queries)
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
@@ -169,7 +169,7 @@ def test_ten_classes_equal_votes_and_coarsening_in_simulation(simulate_all):
     model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2, algorithm="fast"))
     plan = model.plan
     assert plan.scale.coarsened
-    circuit = compile_fast_circuit(plan, CONFIG, simulation=True)
+    circuit = compile_fast_circuit(plan, CONFIG, simulation=True, execution=False)
     queries = np.random.default_rng(3).integers(0, 4, size=(60, features.shape[1]))
     expected = trace(plan, queries)
     top = np.sort(expected.votes, axis=1)
@@ -182,7 +182,7 @@ def test_ten_classes_equal_votes_and_coarsening_in_simulation(simulate_all):
 def test_wine_simulation_equals_reference(simulate_all):
     data = load_bundled("wine")
     model = build_model("wine", data.features, data.labels, KnnSettings(n=16, k=3, algorithm="fast"))
-    circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True)
+    circuit = compile_fast_circuit(model.plan, CONFIG, simulation=True, execution=False)
     queries = np.vstack(
         [model.quantizer.transform(data.features[::9]), np.random.default_rng(2).integers(0, 16, (20, 13))]
     )
@@ -246,7 +246,7 @@ def _compile_tiny(function, parameters, inputset):
     from concrete import fhe
 
     return fhe.Compiler(function, {name: "encrypted" for name in parameters}).compile(
-        inputset, CONFIG.concrete_configuration(simulation=True)
+        inputset, CONFIG.concrete_configuration(simulation=True, execution=False)
     )
 
 

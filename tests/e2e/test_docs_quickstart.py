@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "getting-started.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 START_SECONDS = 120
 CALL_SECONDS = 240

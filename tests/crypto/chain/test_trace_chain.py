@@ -79,7 +79,7 @@ def test_both_encodings_roundtrip():
     assert len(short) <= MAX_INLINE < len(long)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(specs_strategy)
 def test_honest_sequence_is_revealed_in_order(spec_bytes):
     sequence = seal(spec_bytes, ANALYST)
@@ -100,7 +100,7 @@ def test_controller_cannot_read_ahead():
         decode(xor(H(os.urandom(64)), sequence.traces[1]))  # guessing T_2 gives gibberish
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(specs_strategy.filter(lambda s: len(s) >= 2), st.data())
 def test_any_change_to_the_sequence_is_detected(spec_bytes, data):
     sequence = seal(spec_bytes, ANALYST)

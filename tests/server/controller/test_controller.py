@@ -504,7 +504,7 @@ def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
     assert run(victim, channel, out=out) == 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(-5, 50)), min_size=1, max_size=60),
     st.booleans(),

@@ -35,7 +35,7 @@ def small_problems(draw):
     return train, labels, n_classes, k, bits, queries
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(small_problems())
 def test_reference_equals_oracle_with_ties(problem):
     """Tiny domains force equal distances and equal votes: both tie rules must match the oracle."""

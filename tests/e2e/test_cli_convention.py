@@ -18,7 +18,7 @@ from petlab import cli_reference
 from petlab.errors import BadInput, PetlabError, Refused, Unavailable
 from petlab.exit_status import status_of_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PROGRAMS = [name for name, _ in cli_reference.PROGRAMS]
 MAINS = {

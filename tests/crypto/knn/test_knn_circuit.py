@@ -98,7 +98,7 @@ def test_small_n_simulation_equals_reference(n, simulate_all):
     data = load_bundled("iris")
     settings = KnnSettings(n=n, k=min(3, n), bits=4, algorithm="paper")
     model = build_model("iris", data.features, data.labels, settings)
-    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True, execution=False)
     queries = np.random.default_rng(n).integers(0, 16, size=(60, 4))
     expected_classes = classify(model.plan, queries)
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
@@ -110,7 +110,7 @@ def test_ten_classes_and_ties_in_simulation(simulate_all):
     data = load_bundled("digits")
     features = data.features[:, [18, 21, 26, 29, 34, 37, 42, 45]]
     model = build_model("digits", features, data.labels, KnnSettings(n=20, k=4, bits=2, algorithm="paper"))
-    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True, execution=False)
     queries = np.random.default_rng(3).integers(0, 4, size=(80, features.shape[1]))
     expected = classify(model.plan, queries)
     assert len(np.unique(expected)) > 2
@@ -125,7 +125,7 @@ def test_two_classes_in_simulation(simulate_all):
     data = load_bundled("breast_cancer")
     settings = KnnSettings(n=12, k=5, algorithm="paper")
     model = build_model("breast_cancer", data.features[:, :6], data.labels, settings)
-    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True)
+    circuit = compile_circuit(model.plan, CircuitConfig(), simulation=True, execution=False)
     queries = np.random.default_rng(5).integers(0, 16, size=(60, 6))
     expected_classes = classify(model.plan, queries)
     assert np.array_equal(simulate_all(circuit, queries, expected_classes), expected_classes)
@@ -133,7 +133,7 @@ def test_two_classes_in_simulation(simulate_all):
 
 def test_k_equal_to_n_in_simulation(simulate_all):
     plan = build_plan(np.array([[0, 1], [3, 2], [1, 1]]), np.array([1, 0, 1]), 2, 3, 2)
-    circuit = compile_circuit(plan, CircuitConfig(), simulation=True)
+    circuit = compile_circuit(plan, CircuitConfig(), simulation=True, execution=False)
     queries = np.random.default_rng(0).integers(0, 4, size=(10, 2))
     assert simulate_all(circuit, queries).tolist() == [1] * 10
 

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from petlab.crypto.knn.families import classify_clear as whole_reference
@@ -103,7 +103,7 @@ def test_every_tie_at_the_kth_distance_votes_across_partitions():
     assert values[ANSWER_STAGE] == 1 == classify(plan, query[None, :])[0]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(
     n=st.integers(2, 24),
     d=st.integers(1, 3),
@@ -145,7 +145,7 @@ def test_thermo_split_reference_equals_the_whole_reference(name):
         assert np.array_equal(classify_clear(program, codes), expected), parts
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(
     per_class=st.integers(3, 8),
     d=st.integers(1, 3),
@@ -197,7 +197,7 @@ def split_iris(iris_split):
     settings = KnnSettings(n=8, algorithm="fast")
     model = build_model("iris", train.features, train.labels, settings, train.class_names)
     program = split_program(model.plan, 3, CONFIG)
-    module = compile_program(program, CONFIG, simulation=True)
+    module = compile_program(program, CONFIG, simulation=True, execution=False)
     return model, program, module, model.quantizer.transform(test.features)
 
 
@@ -208,7 +208,7 @@ def thermo_split_iris(iris_split):
     train, test = iris_split
     model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
     program = thermo_split.split_program(model.plan, 3, THERMO)
-    module = compile_program(program, THERMO, simulation=True)
+    module = compile_program(program, THERMO, simulation=True, execution=False)
     return model, program, module, model.quantizer.transform(test.features)
 
 
@@ -595,7 +595,7 @@ from petlab.server.knn.datasets import load_bundled
 from petlab.server.knn.evaluators import Evaluation
 from petlab.server.knn.model_cache import load_or_compile
 from petlab.server.knn.service import HostedModel
-from tests.test_split_knn import _write_to_a_closed_socket
+from tests.server.knn.test_split_knn import _write_to_a_closed_socket
 
 scratch = Path(sys.argv[1])
 train, _ = load_bundled("iris").split()
@@ -624,7 +624,7 @@ def test_a_broken_pipe_after_an_in_process_evaluation_is_an_error_not_a_crash(tm
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     run = subprocess.run(
         [sys.executable, "-c", AFTER_AN_EVALUATION, str(tmp_path)],
         capture_output=True,

@@ -34,7 +34,7 @@ from math import gcd
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from petlab.server.controller.analyses import AnalysisError, evaluate
@@ -178,7 +178,7 @@ def _found_by_hypothesis() -> tuple[pd.DataFrame, list[dict]]:
     return data, specs
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120)
 @given(data_sets(), st.lists(analyses(), min_size=1, max_size=8))
 @example(*_found_by_hypothesis())
 def test_no_record_can_be_solved_from_what_is_released(data, specs):
@@ -397,7 +397,7 @@ def _coalition_example(kind: str) -> tuple[pd.DataFrame, list[tuple[str, dict]]]
     raise ValueError(kind)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(coalitions())
 @example(_coalition_example("collusion"))
 @example(_coalition_example("group"))

@@ -285,7 +285,7 @@ def test_other_data_sets_in_simulation(name, n, simulate_all):
     """Reduction (truncation + saturating lookup), C = 2 and C = 10 votes (digits at n = 16: some
     classes have fewer than k points, so their lists hold fillers)."""
     plan, levels = plan_for(name, n)
-    circuit = compile_thermo_circuit(plan, CONFIG, simulation=True)
+    circuit = compile_thermo_circuit(plan, CONFIG, simulation=True, execution=False)
     sizes = np.bincount(plan.labels, minlength=plan.n_classes)
     assert plan.spec.reduced and circuit.programmable_bootstrap_count == cost.count(sizes, 3, plan.spec).total
     levels = levels[:12]
@@ -299,7 +299,7 @@ def test_crafted_ties_and_fillers_in_simulation(simulate_all):
     labels = np.array([0, 1, 2, 2, 1, 0, 3, 3, 3])
     spec = DistanceSpec(d=2, bits=4, scale=4, cap=7, distance_bits=4)
     plan = build_thermo_plan(train, labels, 4, 3, 4, spec)
-    circuit = compile_thermo_circuit(plan, CONFIG, simulation=True)
+    circuit = compile_thermo_circuit(plan, CONFIG, simulation=True, execution=False)
     levels = np.array([[2, 2], [12, 12], [7, 7], [5, 5], [0, 15], [15, 0], [9, 9], [2, 12]])
     expected = reference.classify(plan, levels)
     assert np.array_equal(expected, reference.classify_by_sorting(train, labels, 3, 4, levels, 4, spec))

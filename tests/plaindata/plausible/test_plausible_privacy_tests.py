@@ -26,7 +26,7 @@ def brute_force_count(p: list[float], seed: int, gamma: float) -> int:
     return sum(1 for q in p if gamma ** -(i + 1) < q <= gamma**-i)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.lists(st.floats(1e-9, 1.0), min_size=1, max_size=40),
     st.floats(1.5, 8.0),
