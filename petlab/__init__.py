@@ -13,6 +13,10 @@ and the experiments that compare them (:mod:`petlab.experiments`).
 
 from importlib.metadata import PackageNotFoundError, version
 
+from petlab.deferred_torch import defer_torch
+
+defer_torch()  # before any petlab module imports concrete: see petlab.deferred_torch
+
 try:
     __version__ = version("petlab")
 except PackageNotFoundError:  # pragma: no cover - running from a checkout without an install
