@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petlab.client.analyst import certify, describe, keygen, main, next_request, open_request, prepare, run
+from petlab.client.analyst import describe, keygen, main, next_request, open_request, prepare, run
 from petlab.client.knn_client import make_channel
+from petlab.crypto.chain.certification import certify
 from petlab.crypto.chain.instructions import canonical_json
 from petlab.crypto.chain.traces import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
 from petlab.plaindata import acs_sample_path
