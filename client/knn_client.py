@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
-from petlab.client.files import default_cache_dir
+from petlab.client.key_cache import default_cache_dir
 from petlab.client.parameter_check import check_security
 from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import encode_query, family

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from petlab.client.files import default_cache_dir
+from petlab.client.key_cache import default_cache_dir
 from petlab.errors import BadInput, PetlabError, reading_input
 from petlab.exit_status import run_program
 from petlab.subcommands import add_commands, guarded, new_parser, quiet_dependency_warnings
