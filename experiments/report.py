@@ -112,10 +112,7 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{v:.{digits}g}")
-    header = "| " + " | ".join(shown.columns) + " |"
-    rule = "|" + "---|" * len(shown.columns)
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+    return shown.astype(str).to_markdown(index=False, disable_numparse=True)
 
 
 EVALUATION_NOTICE = (
