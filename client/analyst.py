@@ -25,34 +25,37 @@ import argparse
 import json
 import sys
 import time
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import grpc
-import jsonschema
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from petlab.client.channel import make_channel
-from petlab.crypto.chain.certification import DOCUMENT_VERSION, certify, check_version
-from petlab.crypto.chain.instructions import canonical_json
-from petlab.crypto.chain.traces import (
-    load_private_key,
-    private_key_pem,
-    public_key_pem,
-    seal,
-)
 from petlab.errors import reading_input
 from petlab.exit_status import run_program
-from petlab.owner_only import write_owner_only
-from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.subcommands import add_commands, guarded, new_parser
 from petlab.terminal_text import shown
 
-SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
+# grpc, jsonschema, cryptography and the stubs are imported by the steps that use them, so that
+# ``petlab-analyst --help`` answers at once
+if TYPE_CHECKING:
+    import grpc
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from petlab.protos import controller_pb2
+
+
+@cache
+def analysis_schema() -> dict:
+    """``protos/analysis.schema.json``: what a spec must be."""
+    return json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 
 
 def keygen(out: Path) -> Path:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from petlab.crypto.chain.traces import private_key_pem, public_key_pem
+    from petlab.owner_only import write_owner_only
+
     key = Ed25519PrivateKey.generate()
     write_owner_only(out, private_key_pem(key))
     public = out.with_suffix(".pub.pem")
@@ -61,11 +64,13 @@ def keygen(out: Path) -> Path:
 
 
 def load_specs(path: Path) -> list[dict]:
+    import jsonschema
+
     document = json.loads(path.read_text())
     specs = document["analyses"] if isinstance(document, dict) else document
     if not isinstance(specs, list) or not specs:
         raise ValueError(f'{path}: expected a non-empty list of analyses (or {{"analyses": [...]}})')
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = jsonschema.Draft202012Validator(analysis_schema())
     for number, spec in enumerate(specs, start=1):
         error = next(iter(sorted(validator.iter_errors(spec), key=lambda e: list(e.path))), None)
         if error is not None:
@@ -75,6 +80,10 @@ def load_specs(path: Path) -> list[dict]:
 
 
 def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
+    from petlab.crypto.chain.certification import DOCUMENT_VERSION
+    from petlab.crypto.chain.instructions import canonical_json
+    from petlab.crypto.chain.traces import public_key_pem, seal
+
     sequence = seal([canonical_json(s) for s in specs], key)
     return {
         "version": DOCUMENT_VERSION,
@@ -90,6 +99,8 @@ def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
 
 def describe(channel: grpc.Channel, timeout: float = 30.0) -> dict:
     """The controller's description, what an authority's co-signature is bound to."""
+    from petlab.protos import controller_pb2, controller_pb2_grpc
+
     reply = controller_pb2_grpc.AnalysisControllerStub(channel).Describe(
         controller_pb2.DescribeRequest(), timeout=timeout
     )
@@ -103,6 +114,8 @@ def describe(channel: grpc.Channel, timeout: float = 30.0) -> dict:
 
 def open_request(document: dict) -> controller_pb2.OpenSessionRequest:
     """The request that opens a session for a prepared (and perhaps certified) document."""
+    from petlab.protos import controller_pb2
+
     certification = document.get("certification") or {}
     return controller_pb2.OpenSessionRequest(
         first_trace=bytes.fromhex(document["traces"][0]),
@@ -116,6 +129,8 @@ def open_request(document: dict) -> controller_pb2.OpenSessionRequest:
 
 def next_request(document: dict, session_id: str, j: int) -> controller_pb2.NextRequest:
     """The request that reveals trace ``j`` (1-based) of ``document`` and its analysis."""
+    from petlab.protos import controller_pb2
+
     pointer = document["pointers"][j - 1]
     return controller_pb2.NextRequest(
         session_id=session_id,
@@ -127,6 +142,9 @@ def next_request(document: dict, session_id: str, j: int) -> controller_pb2.Next
 
 def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None) -> int:
     """Open a session and reveal the traces one by one; returns 0 if every analysis was released."""
+    from petlab.crypto.chain.certification import check_version
+    from petlab.protos import controller_pb2_grpc
+
     out = out or sys.stdout
     check_version(document)
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
@@ -194,6 +212,11 @@ def _read_json(path: Path):
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    from petlab.client.channel import make_channel
+    from petlab.crypto.chain.certification import certify, check_version
+    from petlab.crypto.chain.traces import load_private_key
+    from petlab.owner_only import write_owner_only
+
     if args.command == "keygen":
         print(f"private key {args.out} (0600), public key {keygen(args.out)}")
     elif args.command == "prepare":
