@@ -53,6 +53,8 @@ def knn_figures(knn: pd.DataFrame, sweeps: pd.DataFrame, out: Path, machine: str
     pivot.plot.bar(ax=axis, logy=True, rot=0)
     axis.set_ylabel("median latency per query (s, log)")
     axis.set_title("Encrypted k-NN over gRPC loopback")
+    # beside the bars, not over them (the tallest bar, a log scale, reaches the top corner)
+    axis.legend(title="protocol", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     paths.append(_save(figure, out / "knn_latency.png", machine))
     if len(sweeps):
         figure, axes = plt.subplots(1, 3, figsize=(10, 3.4))
