@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from petlab.plaindata.onthemap.accounting import NEIGHBOURS, NOT_COVERED, PUBLIC
+from petlab.plaindata.onthemap.statement import NEIGHBOURS, NOT_COVERED, PUBLIC
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
 PAPER_IRIS = {"HE": "0.97, 1.72 s (0.46 s parallel)", "clear": "0.95, 1.8 ms"}
