@@ -26,7 +26,8 @@ from petlab.terminal_text import shown
 if TYPE_CHECKING:
     import numpy as np
 
-    from petlab.client.knn_client import CallStats, KnnRemote
+    from petlab.client.call_stats import CallStats
+    from petlab.client.knn_client import KnnRemote
     from petlab.protos import knn_pb2
 
 # numpy, pandas, grpc and the protos are imported where used: --help and a usage error stay fast.
