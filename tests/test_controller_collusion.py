@@ -516,7 +516,7 @@ def test_the_history_survives_a_restart_and_is_tied_to_the_data(serve, tmp_path,
 
 
 def test_the_example_sequences_still_release(channel):
-    """client/examples/analyses.json, the README's benign sequence: every analysis is answered."""
+    """client/examples/analyses.json, the docs' benign sequence: every analysis is answered."""
     from importlib import resources
 
     specs = json.loads(resources.files("petlab.client.examples").joinpath("analyses.json").read_text())
