@@ -10,15 +10,13 @@
 Domingo-Ferrer (PSD 2022), Sections 3 and 4.2. ``prepare`` validates every spec against
 ``protos/analysis.schema.json``, encodes the traces (equation (1)) and signs T_0. The sequence file
 holds the analyses not yet revealed, so it is written owner-only. ``certify`` is the certification
-authority's step: it checks that the traces commit to exactly the specs in the file, checks them
-against a policy (allowed analysis types, forbidden columns, maximum length) and co-signs T_0
-together with the analyst's key and the scope: the controller's id, its data set's digest (keyed
-by the controller) and rules' SHA-256 (what ``describe`` fetches from the controller), an expiry
-and the person the key belongs to,
-so the co-signature holds at that controller, on that data, under those rules, for that person and
-until then only (the controller counts refusals and quotas per person: a fresh key is not a fresh
-start). ``run`` opens a session and
-reveals one trace at a time, stopping at the first abort.
+authority's step (``crypto.chain.certification``): it checks that the traces commit to exactly the
+specs in the file, checks them against a policy and co-signs T_0 with the analyst's key and the
+scope (the controller's id, data set digest and rules' SHA-256 that ``describe`` fetches, an expiry
+and the person the key belongs to), so the co-signature holds at that controller, on that data,
+under those rules, for that person and until then only (the controller counts refusals and quotas
+per person: a fresh key is not a fresh start). ``run`` opens a session and reveals one trace at a
+time, stopping at the first abort.
 """
 
 from __future__ import annotations
@@ -27,40 +25,37 @@ import argparse
 import json
 import sys
 import time
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import grpc
-import jsonschema
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from petlab.client.channel import make_channel
-from petlab.crypto.chain.instructions import InvalidInstruction, canonical_json
-from petlab.crypto.chain.traces import (
-    CertificationScope,
-    ChainState,
-    authority_message,
-    load_private_key,
-    load_public_key,
-    next_analysis,
-    private_key_pem,
-    public_key_pem,
-    seal,
-    verify_seal,
-)
 from petlab.errors import reading_input
 from petlab.exit_status import run_program
-from petlab.owner_only import write_owner_only
-from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.subcommands import add_commands, guarded, new_parser
 from petlab.terminal_text import shown
 
-SCHEMA = json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
-DOCUMENT_VERSION = 3  # instruction format 2 (16-byte salts); co-signatures scoped to a person
+# grpc, jsonschema, cryptography and the stubs are imported by the steps that use them, so that
+# ``petlab-analyst --help`` answers at once
+if TYPE_CHECKING:
+    import grpc
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from petlab.protos import controller_pb2
+
+
+@cache
+def analysis_schema() -> dict:
+    """``protos/analysis.schema.json``: what a spec must be."""
+    return json.loads(resources.files("petlab.protos").joinpath("analysis.schema.json").read_text())
 
 
 def keygen(out: Path) -> Path:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from petlab.crypto.chain.traces import private_key_pem, public_key_pem
+    from petlab.owner_only import write_owner_only
+
     key = Ed25519PrivateKey.generate()
     write_owner_only(out, private_key_pem(key))
     public = out.with_suffix(".pub.pem")
@@ -69,11 +64,13 @@ def keygen(out: Path) -> Path:
 
 
 def load_specs(path: Path) -> list[dict]:
+    import jsonschema
+
     document = json.loads(path.read_text())
     specs = document["analyses"] if isinstance(document, dict) else document
     if not isinstance(specs, list) or not specs:
         raise ValueError(f'{path}: expected a non-empty list of analyses (or {{"analyses": [...]}})')
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = jsonschema.Draft202012Validator(analysis_schema())
     for number, spec in enumerate(specs, start=1):
         error = next(iter(sorted(validator.iter_errors(spec), key=lambda e: list(e.path))), None)
         if error is not None:
@@ -83,6 +80,10 @@ def load_specs(path: Path) -> list[dict]:
 
 
 def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
+    from petlab.crypto.chain.certification import DOCUMENT_VERSION
+    from petlab.crypto.chain.instructions import canonical_json
+    from petlab.crypto.chain.traces import public_key_pem, seal
+
     sequence = seal([canonical_json(s) for s in specs], key)
     return {
         "version": DOCUMENT_VERSION,
@@ -96,16 +97,10 @@ def prepare(specs: list[dict], key: Ed25519PrivateKey) -> dict:
     }
 
 
-def check_version(document: dict) -> None:
-    if document.get("version") != DOCUMENT_VERSION:
-        raise ValueError(
-            f"the sequence file is version {document.get('version')}; this petlab-analyst reads version "
-            f"{DOCUMENT_VERSION}: prepare the sequence again"
-        )
-
-
 def describe(channel: grpc.Channel, timeout: float = 30.0) -> dict:
     """The controller's description, what an authority's co-signature is bound to."""
+    from petlab.protos import controller_pb2, controller_pb2_grpc
+
     reply = controller_pb2_grpc.AnalysisControllerStub(channel).Describe(
         controller_pb2.DescribeRequest(), timeout=timeout
     )
@@ -117,70 +112,10 @@ def describe(channel: grpc.Channel, timeout: float = 30.0) -> dict:
     }
 
 
-def committed_specs(document: dict) -> list[dict]:
-    """Walk the whole chain as a controller would: the specs the traces really commit to."""
-    check_version(document)
-    traces = [bytes.fromhex(t) for t in document["traces"]]
-    verify_seal(
-        traces[0],
-        load_public_key(document["analyst_public_key"].encode()),
-        bytes.fromhex(document["analyst_signature"]),
-    )
-    revealed = {p: s.encode() for p, s in document["specs"].items()}
-    state, specs = ChainState(traces[0]), []
-    for trace in traces[1:]:
-        state, spec = next_analysis(state, trace, revealed)
-        specs.append(json.loads(spec))
-    if not state.finished:
-        raise InvalidInstruction("the traces do not end with a last instruction")
-    return specs
-
-
-def certify(
-    document: dict,
-    policy: dict,
-    authority: Ed25519PrivateKey,
-    controller: dict,
-    valid_seconds: float = 30 * 86400,
-    now: float | None = None,
-    *,
-    person: str,
-) -> dict:
-    """The certification authority's check and co-signature (Section 4.2), for the controller
-    ``controller`` (``describe``'s output), ``valid_seconds`` from ``now``, and the ``person``
-    whose key signed the sequence (the authority has checked who holds it)."""
-    if valid_seconds <= 0:
-        raise ValueError("the certification's validity must be positive")
-    scope = CertificationScope.from_json(
-        {
-            **controller,
-            "expires": int((time.time() if now is None else now) + valid_seconds),
-            "person_id": person,
-        }
-    )
-    specs = committed_specs(document)
-    allowed = set(policy.get("allowed_types", SCHEMA["properties"]["type"]["enum"]))
-    forbidden = set(policy.get("forbidden_columns", []))
-    limit = int(policy.get("max_analyses", 1000))
-    problems = []
-    if len(specs) > limit:
-        problems.append(f"{len(specs)} analyses, more than the policy's {limit}")
-    for number, spec in enumerate(specs, start=1):
-        if spec["type"] not in allowed:
-            problems.append(f"analysis {number} is a {spec['type']}, which the policy does not allow")
-        used = {spec[k] for k in ("rows", "columns", "value", "column", "outcome") if spec.get(k) is not None}
-        used |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
-        if used & forbidden:
-            problems.append(f"analysis {number} uses forbidden column(s) {sorted(used & forbidden)}")
-    if problems:
-        raise ValueError("the sequence does not comply with the policy: " + "; ".join(problems))
-    analyst = load_public_key(document["analyst_public_key"].encode())
-    signature = authority.sign(authority_message(bytes.fromhex(document["traces"][0]), analyst, scope))
-    return {**document, "authority_signature": signature.hex(), "certification": scope.to_json()}
-
-
 def open_request(document: dict) -> controller_pb2.OpenSessionRequest:
     """The request that opens a session for a prepared (and perhaps certified) document."""
+    from petlab.protos import controller_pb2
+
     certification = document.get("certification") or {}
     return controller_pb2.OpenSessionRequest(
         first_trace=bytes.fromhex(document["traces"][0]),
@@ -194,6 +129,8 @@ def open_request(document: dict) -> controller_pb2.OpenSessionRequest:
 
 def next_request(document: dict, session_id: str, j: int) -> controller_pb2.NextRequest:
     """The request that reveals trace ``j`` (1-based) of ``document`` and its analysis."""
+    from petlab.protos import controller_pb2
+
     pointer = document["pointers"][j - 1]
     return controller_pb2.NextRequest(
         session_id=session_id,
@@ -205,6 +142,9 @@ def next_request(document: dict, session_id: str, j: int) -> controller_pb2.Next
 
 def run(document: dict, channel: grpc.Channel, timeout: float = 300.0, out=None) -> int:
     """Open a session and reveal the traces one by one; returns 0 if every analysis was released."""
+    from petlab.crypto.chain.certification import check_version
+    from petlab.protos import controller_pb2_grpc
+
     out = out or sys.stdout
     check_version(document)
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
@@ -272,6 +212,11 @@ def _read_json(path: Path):
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    from petlab.client.channel import make_channel
+    from petlab.crypto.chain.certification import certify, check_version
+    from petlab.crypto.chain.traces import load_private_key
+    from petlab.owner_only import write_owner_only
+
     if args.command == "keygen":
         print(f"private key {args.out} (0600), public key {keygen(args.out)}")
     elif args.command == "prepare":

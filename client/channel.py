@@ -10,6 +10,12 @@ anyway; anyone on the path can read it and act as you"); otherwise :func:`make_c
 before any connection is made. A client certificate and its key go together and always mean TLS:
 one without the other is refused rather than silently dropped for a plaintext channel.
 
+The token travels as gRPC's own call credentials (``access_token_call_credentials``, the
+``authorization: Bearer <token>`` header): composed with the TLS credentials, or, to a loopback
+address, with gRPC's local credentials (``local_channel_credentials``), which gRPC itself refuses
+to use towards a peer that is not on this machine. Only ``insecure_token`` adds the header by an
+interceptor on a plaintext channel (gRPC refuses call credentials there, on purpose).
+
 A plaintext channel to a loopback address never goes through an HTTP proxy: gRPC honours
 ``grpc_proxy``, ``https_proxy`` and ``http_proxy`` for every target, loopback included, and tunnels
 the connection with ``CONNECT 127.0.0.1:PORT``, so the proxy reads the plaintext HTTP/2 stream, token
@@ -19,18 +25,25 @@ included, and connects to *its own* loopback, another machine's server (found by
 
 from __future__ import annotations
 
+import collections
+import re
 from pathlib import Path
 
 import grpc
 
 from petlab.addresses import is_loopback_address
-from petlab.client.bearer import with_token
 from petlab.errors import BadInput
 from petlab.protos.message_limits import CHANNEL_OPTIONS
+
+TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")
 
 
 class InsecureCredentials(BadInput, ValueError):
     """A credential would travel where others can read it (the message says how to fix it)."""
+
+
+class MalformedToken(BadInput, ValueError):
+    """The bearer token is not printable ASCII without spaces (the message never quotes it)."""
 
 
 def make_channel(
@@ -42,10 +55,12 @@ def make_channel(
     insecure_token: bool = False,
 ) -> grpc.Channel:
     """A channel to ``address``: TLS when a CA or client certificate is given, and the bearer
-    ``token`` on every call when given (``client.bearer``); see the module docstring for when it
-    refuses (``InsecureCredentials``)."""
+    ``token`` on every call when given; see the module docstring for when it refuses
+    (``InsecureCredentials``)."""
     if bool(tls_cert) != bool(tls_key):
         raise InsecureCredentials("--tls-cert and --tls-key go together (a client certificate needs its key)")
+    if token is not None and not TOKEN_PATTERN.fullmatch(token):
+        raise MalformedToken("a token is printable ASCII without spaces (at most 512 characters)")
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
@@ -53,12 +68,73 @@ def make_channel(
             private_key=tls_key.read_bytes() if tls_key else None,
             certificate_chain=tls_cert.read_bytes() if tls_cert else None,
         )
-        return with_token(grpc.secure_channel(address, credentials, options), token)
-    if token and not insecure_token and not is_loopback_address(address):
+        if token:
+            credentials = grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(token)
+            )
+        return grpc.secure_channel(address, credentials, options)
+    loopback = is_loopback_address(address)
+    if token and not insecure_token and not loopback:
         raise InsecureCredentials(
             f"refusing to send the bearer token in plaintext to {address}: give --tls-ca to use TLS "
             "(or --insecure-token to send it readable by anyone on the path)"
         )
-    if is_loopback_address(address):
+    if loopback:
         options.append(("grpc.enable_http_proxy", 0))  # this machine's server, never a proxy's
-    return with_token(grpc.insecure_channel(address, options), token)
+        if token:
+            kind = (
+                grpc.LocalConnectionType.UDS
+                if address.startswith("unix")
+                else grpc.LocalConnectionType.LOCAL_TCP
+            )
+            credentials = grpc.composite_channel_credentials(
+                grpc.local_channel_credentials(kind), grpc.access_token_call_credentials(token)
+            )
+            return grpc.secure_channel(address, credentials, options)
+    channel = grpc.insecure_channel(address, options)
+    return grpc.intercept_channel(channel, _ReadableToken(token)) if token else channel
+
+
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _ReadableToken(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """``--insecure-token`` only: the token's header on every call of a plaintext channel to
+    another machine, where gRPC refuses call credentials."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        metadata = [item for item in (details.metadata or ()) if item[0] != "authorization"]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            [*metadata, self._header],
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return continuation(self._with_token(client_call_details), request_iterator)

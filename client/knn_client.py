@@ -5,7 +5,8 @@ key is made. Keys are made once per (server, model, client specs) and cached und
 ``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
 atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
 answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
-once, and the call retried. Byte counts are the serialized sizes of the messages on the wire.
+once, and the call retried. ``stats`` holds every successful call's latency and bytes
+(``client.call_stats``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import grpc
 import numpy as np
 from tqdm import tqdm
 
+from petlab.client.call_stats import CallRecorder, CallStats
 from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
-from petlab.client.files import default_cache_dir
+from petlab.client.key_cache import default_cache_dir
 from petlab.client.parameter_check import check_security
 from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import encode_query, family
@@ -33,14 +35,6 @@ from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.terminal_text import shown
 
 CHUNK_BYTES = 1 << 20
-
-
-@dataclass
-class CallStats:
-    method: str
-    seconds: float
-    bytes_sent: int
-    bytes_received: int
 
 
 @dataclass
@@ -69,7 +63,10 @@ class KnnRemote:
     stats: list[CallStats] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.stub = knn_pb2_grpc.KnnServiceStub(self.channel)
+        # every successful call's latency and bytes land in self.stats (client.call_stats)
+        self.stub = knn_pb2_grpc.KnnServiceStub(
+            grpc.intercept_channel(self.channel, CallRecorder(self.stats))
+        )
 
     # ------------------------------------------------------------------ setup
 
@@ -121,11 +118,9 @@ class KnnRemote:
             leave=False,
         )
 
-        sent = 0
         warmup = prepared.encrypt_levels(np.zeros(prepared.info.d, dtype=np.int64))
 
         def chunks() -> Iterator[knn_pb2.KeyChunk]:
-            nonlocal sent
             for offset in range(0, len(data), CHUNK_BYTES):
                 piece = data[offset : offset + CHUNK_BYTES]
                 if offset == 0:
@@ -138,16 +133,13 @@ class KnnRemote:
                     )
                 else:
                     message = knn_pb2.KeyChunk(data=piece)
-                sent += message.ByteSize()
                 bar.update(len(piece))
                 yield message
 
-        started = time.perf_counter()
         try:
             reply = self.stub.RegisterKeys(chunks(), timeout=self.timeout)
         finally:
             bar.close()
-        self.stats.append(CallStats("RegisterKeys", time.perf_counter() - started, sent, reply.ByteSize()))
         prepared.key_id = reply.key_id
         write_owner_only(prepared.directory / "key_id", reply.key_id.encode())
         return reply.key_id
@@ -201,8 +193,11 @@ class KnnRemote:
 
     def _unary(self, method: str, request):
         """One call; a server that is busy (RESOURCE_EXHAUSTED, with its ``retry-after-s`` hint) is
-        asked again after the hint, with jitter, until the call's own timeout would pass."""
-        started = time.perf_counter()
+        asked again after the hint, with jitter, until the call's own timeout would pass. Not gRPC's
+        retry policy (service config): grpcio 1.85 clamps maxAttempts to 5 (it logs so), so under a
+        flood a device would give up after about 20 s of the server's 5 s hints instead of at its
+        deadline, and a policy is per channel, so every caller of ``make_channel`` (tests and
+        experiments that count refusals) would retry too."""
         deadline = time.monotonic() + (self.timeout if self.timeout is not None else 3600.0)
         while True:
             try:
@@ -214,9 +209,6 @@ class KnnRemote:
                     raise
                 self._say(f"the server is busy; asking again in {wait:.0f} s")
                 time.sleep(wait)
-        self.stats.append(
-            CallStats(method, time.perf_counter() - started, request.ByteSize(), reply.ByteSize())
-        )
         return reply
 
     def _say(self, message: str) -> None:

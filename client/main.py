@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from petlab.client.files import default_cache_dir
+from petlab.client.key_cache import default_cache_dir
 from petlab.errors import BadInput, PetlabError, reading_input
 from petlab.exit_status import run_program
 from petlab.subcommands import add_commands, guarded, new_parser, quiet_dependency_warnings
@@ -26,7 +26,8 @@ from petlab.terminal_text import shown
 if TYPE_CHECKING:
     import numpy as np
 
-    from petlab.client.knn_client import CallStats, KnnRemote
+    from petlab.client.call_stats import CallStats
+    from petlab.client.knn_client import KnnRemote
     from petlab.protos import knn_pb2
 
 # numpy, pandas, grpc and the protos are imported where used: --help and a usage error stay fast.

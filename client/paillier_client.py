@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
+import grpc
 import numpy as np
 
-from petlab.client.knn_client import CallStats, quantizer_of
+from petlab.client.call_stats import CallRecorder, CallStats
+from petlab.client.knn_client import quantizer_of
 from petlab.crypto.paillier_knn import (
     decrypt_distances,
     encrypt_query,
@@ -29,21 +29,15 @@ def paillier_classify(
     public_key, private_key = keypair
     levels = quantizer_of(info).transform(np.asarray(features, dtype=float))
     encrypted, square_norm = encrypt_query(public_key, levels)
-    stub = paillier_pb2_grpc.PaillierKnnServiceStub(channel)
+    stub = paillier_pb2_grpc.PaillierKnnServiceStub(grpc.intercept_channel(channel, CallRecorder(stats)))
     request = paillier_pb2.DistancesRequest(
         model=info.name,
         public_key_n=to_bytes(public_key.n),
         encrypted_levels=[to_bytes(c) for c in encrypted],
         encrypted_square_norm=to_bytes(square_norm),
     )
-    started = time.perf_counter()
     reply = stub.Distances(request, timeout=timeout)
-    stats.append(CallStats("Distances", time.perf_counter() - started, request.ByteSize(), reply.ByteSize()))
     distances = decrypt_distances(private_key, [from_bytes(c) for c in reply.encrypted_distances])
     labels_request = paillier_pb2.LabelsRequest(model=info.name, indices=nearest_indices(distances, reply.k))
-    started = time.perf_counter()
     labels = stub.Labels(labels_request, timeout=timeout)
-    stats.append(
-        CallStats("Labels", time.perf_counter() - started, labels_request.ByteSize(), labels.ByteSize())
-    )
     return majority(list(labels.labels), len(info.class_names))

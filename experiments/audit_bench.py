@@ -1,12 +1,12 @@
 """The release audit's cost against the number of released sets (issue 22): time and memory of one
 decision at 5,000 and 100,000 records, with 10 to 2,000 sets already released.
 
-Workload: random analyses of the kind the README's examples use, on the ACS columns: counts and means
-under a ``where`` on one to three columns (``in`` lists of levels, ``between`` ranges of age and
-hours), and one- and two-way frequency and magnitude tables over the small-domain columns. Their
-query sets are recorded as released until the history holds the target number of sets (recording
-runs no check: it is what the server does at start when it replays its history, timed here as
-``replay_seconds``); then the next analysis that passes output checking is decided by the
+Workload: random analyses of the kind ``client/examples/analyses.json`` holds, on the ACS columns:
+counts and means under a ``where`` on one to three columns (``in`` lists of levels, ``between``
+ranges of age and hours), and one- and two-way frequency and magnitude tables over the small-domain
+columns. Their query sets are recorded as released until the history holds the target number of sets
+(recording runs no check: it is what the server does at start when it replays its history, timed
+here as ``replay_seconds``); then the next analysis that passes output checking is decided by the
 controller's own decision (``ReleaseHistory.refusal``: output checking, empty cells, the pairwise
 rule, the exact audit), timed, and its exact audit alone is timed again (the pairwise rule refuses
 most random analyses first, so the decision alone would rarely reach the audit). Memory: the audit's

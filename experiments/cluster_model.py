@@ -86,7 +86,7 @@ def knn_section(rows: list[dict], cores: int) -> list[str]:
         "one evaluation on one core "
         f"(p50 {deployed['p50_s']:.1f} s here); giving each evaluation more cores shortens it at some "
         f"loss of efficiency (in-process: C = {cpu:.2f} s over {cores} cores). The cost grows about "
-        "linearly in n (README, fast circuit), and so do the cores. Each worker also holds the "
+        "linearly in n (docs/explanation/knn-circuits.md), and so do the cores. Each worker also holds the "
         "evaluation keys of the clients it serves (19 MB compressed per client at n = 40, more once "
         "prepared), so memory, not CPU, sets the worker count when clients far outnumber queries.",
         "",

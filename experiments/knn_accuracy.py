@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import MinMaxScaler
 from tqdm import tqdm
@@ -73,7 +74,7 @@ def summary(rows: list[dict]) -> str:
     families = list(dict.fromkeys(r["family"] for r in rows))
     head = ["data set (d, test rows)", "splits", "float k-NN, whole training set"]
     head += [f"{f} (n)" for f in families] + ["thermo - float, points"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for name in names:
         mine = [r for r in rows if r["dataset"] == name]
         float_mean = np.mean([r["float_knn"] for r in mine if r["family"] == families[0]])
@@ -87,8 +88,8 @@ def summary(rows: list[dict]) -> str:
             cells.append(f"{np.mean([r['accuracy'] for r in these]):.3f} ({these[0]['n']})")
         thermo = [r["accuracy"] for r in mine if r["family"] == "thermo"]
         cells.append(f"{100 * (np.mean(thermo) - float_mean):+.1f}" if thermo else "")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        table.append(cells)
+    return pd.DataFrame(table, columns=head).to_markdown(index=False, disable_numparse=True) + "\n"
 
 
 def run_accuracy(n: int, k: int, splits: int, families: tuple[str, ...], out: Path, names=None) -> int:

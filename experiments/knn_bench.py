@@ -29,6 +29,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
@@ -283,10 +284,9 @@ def markdown_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     columns = [c for c in MARKDOWN_COLUMNS if any(r[c] != "" for r in rows)]
-    header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = "".join("| " + " | ".join(str(r[c]) for c in columns) + " |\n" for r in rows)
+    table = pd.DataFrame(rows, columns=columns).astype(str).to_markdown(index=False, disable_numparse=True)
     machine = f"\n{rows[0]['cores']} cores, {rows[0]['cpu']}, concrete-python {rows[0]['concrete_python']}\n"
-    return header + body + machine
+    return table + "\n" + machine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ import argparse
 import os
 import time
 
+import pandas as pd
 from concrete import fhe
 
 from petlab.crypto.knn.families import classify_clear, default_config
@@ -80,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", nargs="+", choices=list(OPTIONS), default=list(OPTIONS))
     args = parser.parse_args(argv)
     rows = measure(args.dataset, args.queries, tuple(args.options))
-    print("| " + " | ".join(rows[0]) + " |")
-    print("|" + "---|" * len(rows[0]))
-    for row in rows:
-        print("| " + " | ".join(str(v) for v in row.values()) + " |")
+    print(pd.DataFrame(rows).astype(str).to_markdown(index=False, disable_numparse=True))
     return 0
 
 

@@ -5,7 +5,7 @@ Tables 4-5), plus the sweeps against n, d and k (Figures 7-9) for the default fa
 The harness starts the data owner's server in process on a free loopback port, hosting one model
 per family (``<data set>-<family>``), and talks to it through the clients a
 user runs (``petlab.client.knn_client.KnnRemote``, ``petlab.client.paillier_client``) over
-``petlab.experiments.wire.ByteCountingChannel``, so the bytes reported are the serialized payloads
+``petlab.client.call_stats.CallRecorder``, so the bytes reported are the serialized payloads
 gRPC carried. ``server_s`` is the RPCs' wall time on loopback (the server's computation
 plus (de)serialization); ``client_s`` is the rest of a query's latency (quantization, encryption,
 decryption). Clear k-NN (textbook k-NN on the first family's quantized points; Paillier computes
@@ -23,15 +23,16 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import grpc
 import numpy as np
 
-from petlab.client.knn_client import CallStats, KnnRemote, make_channel
+from petlab.client.call_stats import CallRecorder, CallStats
+from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
 from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear, default_config
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.knn.paper.reference import classify_by_sorting as textbook_knn
 from petlab.crypto.paillier_knn import generate_keypair
-from petlab.experiments.wire import ByteCountingChannel
 from petlab.server.app import ServerOptions, start
 from petlab.server.knn.datasets import load_bundled, owner_settings
 from petlab.server.knn.model_cache import load_or_compile
@@ -185,11 +186,12 @@ def run_dataset(
         )
         running = start(options, hosted)
         try:
-            channel = ByteCountingChannel(make_channel(f"127.0.0.1:{running.port}"))
+            wire = CallRecorder()
+            channel = grpc.intercept_channel(make_channel(f"127.0.0.1:{running.port}"), wire)
             remote = KnnRemote(channel, "loopback", cache_dir=Path(scratch) / "client", show_progress=False)
             for algorithm, model in models.items():
-                results.append(_encrypted(remote, channel, model, rows, test, algorithm, progress))
-            results.append(_paillier(channel, remote, exact, rows, test, clear_all, progress))
+                results.append(_encrypted(remote, wire, model, rows, test, algorithm, progress))
+            results.append(_paillier(channel, wire, remote, exact, rows, test, clear_all, progress))
             channel.close()
         finally:
             running.stop(grace=1.0)
@@ -199,22 +201,24 @@ def run_dataset(
     return results
 
 
-def _encrypted(remote: KnnRemote, channel, model: KnnModel, rows, test, algorithm: str, progress) -> dict:
+def _encrypted(
+    remote: KnnRemote, wire: CallRecorder, model: KnnModel, rows, test, algorithm: str, progress
+) -> dict:
     """The user's path: ``KnnRemote.prepare`` (keys, upload, warm-up) and ``KnnRemote.classify``."""
-    sent_before = channel.sent
+    sent_before = wire.totals()[0]
     prepared = remote.prepare(model.name)
-    key_bytes = channel.sent - sent_before
+    key_bytes = wire.totals()[0] - sent_before
     reference = classify_clear(model.plan, model.quantizer.transform(test.features))
     log = QueryLog()
     for i in rows:
-        sent, received = channel.snapshot()
+        sent, received = wire.totals()
         calls = len(remote.stats)
         begin = time.perf_counter()
         log.answers.append(remote.classify(prepared, test.features[i]))
         log.latency_s.append(time.perf_counter() - begin)
         log.server_s.append(sum(s.seconds for s in remote.stats[calls:]))
-        log.up.append(channel.sent - sent)
-        log.down.append(channel.received - received)
+        log.up.append(wire.totals()[0] - sent)
+        log.down.append(wire.totals()[1] - received)
         if progress is not None:
             progress.update()
     return log.row(
@@ -228,7 +232,9 @@ def _encrypted(remote: KnnRemote, channel, model: KnnModel, rows, test, algorith
     )
 
 
-def _paillier(channel, remote: KnnRemote, model: KnnModel, rows, test, clear_all, progress) -> dict:
+def _paillier(
+    channel, wire: CallRecorder, remote: KnnRemote, model: KnnModel, rows, test, clear_all, progress
+) -> dict:
     """The user's path: :func:`paillier_classify` (two rounds) against the same n points."""
     info = next(m for m in remote.models() if m.name == model.name)
     started = time.perf_counter()
@@ -236,14 +242,14 @@ def _paillier(channel, remote: KnnRemote, model: KnnModel, rows, test, clear_all
     keygen_s = time.perf_counter() - started
     log = QueryLog()
     for i in rows:
-        sent, received = channel.snapshot()
+        sent, received = wire.totals()
         stats: list[CallStats] = []
         begin = time.perf_counter()
         log.answers.append(paillier_classify(channel, info, test.features[i], keypair, stats))
         log.latency_s.append(time.perf_counter() - begin)
         log.server_s.append(sum(s.seconds for s in stats))
-        log.up.append(channel.sent - sent)
-        log.down.append(channel.received - received)
+        log.up.append(wire.totals()[0] - sent)
+        log.down.append(wire.totals()[1] - received)
         if progress is not None:
             progress.update()
     return log.row(

@@ -28,9 +28,9 @@ import pandas as pd
 
 from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.plaindata import acs_sample_path
-from petlab.plaindata.plausible.accounting import report_lines
 from petlab.plaindata.plausible.bayes_model import seed_probabilities
 from petlab.plaindata.plausible.privacy_tests import count_plausible_seeds
+from petlab.plaindata.plausible.statement import report_lines
 from petlab.plaindata.plausible.synthesis import PlausibleConfig, fit, generate_and_test
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 

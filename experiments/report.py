@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from petlab.plaindata.onthemap.accounting import NEIGHBOURS, NOT_COVERED, PUBLIC
+from petlab.plaindata.onthemap.statement import NEIGHBOURS, NOT_COVERED, PUBLIC
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
 PAPER_IRIS = {"HE": "0.97, 1.72 s (0.46 s parallel)", "clear": "0.95, 1.8 ms"}
@@ -53,6 +53,8 @@ def knn_figures(knn: pd.DataFrame, sweeps: pd.DataFrame, out: Path, machine: str
     pivot.plot.bar(ax=axis, logy=True, rot=0)
     axis.set_ylabel("median latency per query (s, log)")
     axis.set_title("Encrypted k-NN over gRPC loopback")
+    # beside the bars, not over them (the tallest bar, a log scale, reaches the top corner)
+    axis.legend(title="protocol", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     paths.append(_save(figure, out / "knn_latency.png", machine))
     if len(sweeps):
         figure, axes = plt.subplots(1, 3, figsize=(10, 3.4))
@@ -112,10 +114,7 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{v:.{digits}g}")
-    header = "| " + " | ".join(shown.columns) + " |"
-    rule = "|" + "---|" * len(shown.columns)
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+    return shown.astype(str).to_markdown(index=False, disable_numparse=True)
 
 
 EVALUATION_NOTICE = (

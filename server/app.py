@@ -36,8 +36,7 @@ from petlab.protos import (
 )
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.common.admission import ServiceLimits
-from petlab.server.common.caller_flags import caller_identities, owner_quota
-from petlab.server.common.callers import CallerIdentities
+from petlab.server.common.callers import CallerIdentities, caller_identities, owner_quota
 from petlab.server.common.health import NOT_SERVING, SERVING, HealthStatuses, add_health_servicer
 from petlab.server.common.health import SERVICE_NAME as HEALTH_SERVICE
 from petlab.server.common.request_arrival import RequestArrival

@@ -1,6 +1,8 @@
-"""``petlab-server serve`` flags of the server as a whole: address, TLS, threads and time limits.
-Each room adds its own (``server.knn.flags``, ``server.controller.flags``,
-``server.common.caller_flags``); :func:`serve_options` composes them into ``ServerOptions``."""
+"""Every flag of ``petlab-server serve``, in one argument group per room (``--help`` shows them
+apart): the server as a whole (address, TLS, threads and time limits), the encrypted k-NN models,
+the analysis controller, and the callers (bearer tokens and per-owner quotas). Each flag's default
+comes from ``$PETLAB_<FLAG>`` (``server.common.environment``). :func:`serve_options` composes the
+parsed flags into ``ServerOptions``."""
 
 from __future__ import annotations
 
@@ -8,12 +10,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM
+from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.thermo.plan import DistanceChoice
+from petlab.dask_cluster import add_cluster_arguments, spec_from_args
 from petlab.server.app import ServerOptions
-from petlab.server.common.caller_flags import add_identity_arguments, caller_options
-from petlab.server.common.environment import add_env_option, add_env_switch
+from petlab.server.common.admission import ServiceLimits
+from petlab.server.common.environment import add_env_option, add_env_switch, env
 from petlab.server.common.streams import StreamLimits
-from petlab.server.controller.flags import add_analysis_arguments, analysis_options
-from petlab.server.knn.flags import add_knn_arguments, knn_options
+from petlab.server.knn.datasets import BUNDLED
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,3 +122,283 @@ def serve_options(args: argparse.Namespace) -> ServerOptions:
         "send_seconds": args.send_seconds,
     }
     return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))
+
+
+def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
+    """The encrypted k-NN room: which models, the circuit settings, the key store's caps, admission
+    slots and where evaluations run (``--cluster`` / ``--local-workers``, ``--partitions``)."""
+    serve.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help=f"a model to host: {', '.join(BUNDLED)}, or NAME=FILE.csv; repeatable "
+        "[env PETLAB_MODEL, comma-separated]",
+    )
+    add_env_option(serve, "--label-column", str, "label", "the label column of CSV models")
+    serve.add_argument(
+        "--bounds",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models; "
+        "repeatable [env PETLAB_BOUNDS, comma-separated]",
+    )
+    add_env_option(
+        serve, "--n", _points, 40, "training points kept per model ('all': the whole training set)"
+    )
+    add_env_option(serve, "--k", int, 3, "neighbours")
+    add_env_option(serve, "--bits", int, 4, "bits per quantized feature")
+    serve.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=env("ALGORITHM", DEFAULT_ALGORITHM),
+        help="encrypted k-NN circuit family [env PETLAB_ALGORITHM]",
+    )
+    add_env_option(
+        serve,
+        "--distance",
+        str,
+        "",
+        "thermo family: the distance SCALE,CAP[,LOOKUP_BITS] (crypto.knn.thermo.plan.DistanceChoice; "
+        "default: from d and bits)",
+    )
+    add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
+    add_env_option(
+        serve,
+        "--key-cap-mb",
+        float,
+        None,
+        "all stored keys together, MiB (default: --key-owners x --owner-max-keys x the largest "
+        "model's key set)",
+    )
+    add_env_option(
+        serve,
+        "--key-owners",
+        int,
+        16,
+        "owners the default key caps make room for, each with --owner-max-keys key sets",
+    )
+    add_env_option(
+        serve,
+        "--upload-slots",
+        int,
+        2,
+        "concurrent key uploads; more are refused at once (RESOURCE_EXHAUSTED)",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-slots",
+        int,
+        3,
+        "threads for classifications: running, queued for the model, or waiting for a fair share "
+        "(--evaluation-waiting of them); shared fairly between callers",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-waiting",
+        int,
+        1,
+        "of --evaluation-slots, places where a caller under its fair share waits for another to "
+        "end (0: none, such callers are refused at once)",
+    )
+    add_env_option(
+        serve,
+        "--evaluation-wait-seconds",
+        float,
+        30.0,
+        "longest wait for an evaluation slot; then RESOURCE_EXHAUSTED with a retry hint",
+    )
+    add_env_option(
+        serve, "--upload-first-chunk-seconds", float, 10.0, "an upload with no chunk by then is cancelled"
+    )
+    add_env_option(
+        serve, "--upload-min-kib-per-second", float, 256.0, "slower uploads are cancelled after a 10 s grace"
+    )
+    add_env_switch(
+        serve,
+        "--enable-paillier-baseline",
+        "also serve the interactive Paillier baseline; it reveals distances and labels, so a caller "
+        "can reconstruct the training set (experiments only)",
+    )
+    add_cluster_arguments(serve)  # --cluster ADDRESS | --local-workers N: evaluations on Dask
+    add_env_option(
+        serve,
+        "--partitions",
+        int,
+        0,
+        "split one query's work over this many partitions of each training set (crypto.knn.split); "
+        "0: one per cluster worker with --cluster/--local-workers, else 1 (the whole circuit in process)",
+    )
+
+
+def knn_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The k-NN room's fields of ``server.app.ServerOptions``; ``ValueError`` for a bad combination."""
+    bounds = {}
+    for item in args.bounds or [b for b in str(env("BOUNDS", "")).split(",") if b]:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            raise ValueError(f"--bounds takes NAME=FILE, got {item!r}")
+        bounds[name] = Path(path)
+    return {
+        "models": args.model or [m for m in str(env("MODEL", "")).split(",") if m],
+        "settings": KnnSettings(
+            n=args.n,
+            k=args.k,
+            bits=args.bits,
+            algorithm=args.algorithm,
+            distance=DistanceChoice.parse(args.distance) if args.distance else None,
+        ),
+        "label_column": args.label_column,
+        "bounds": bounds,
+        "key_idle_seconds": args.key_idle_hours * 3600,
+        "key_cap_bytes": None if args.key_cap_mb is None else int(args.key_cap_mb * (1 << 20)),
+        "key_owners": args.key_owners,
+        "enable_paillier_baseline": args.enable_paillier_baseline,
+        "cluster": spec_from_args(args),
+        "partitions": args.partitions,
+        "limits": ServiceLimits(
+            upload_slots=args.upload_slots,
+            evaluation_slots=args.evaluation_slots,
+            evaluation_waiting=args.evaluation_waiting,
+            evaluation_wait_seconds=args.evaluation_wait_seconds,
+            first_chunk_seconds=args.upload_first_chunk_seconds,
+            min_bytes_per_second=args.upload_min_kib_per_second * 1024,
+            owner_upload_slots=args.owner_upload_slots,
+            owner_evaluation_slots=args.owner_evaluation_slots,
+        ),
+    }
+
+
+def _points(text: str) -> int | None:
+    """``--n``: a number of training points, or ``all`` (None: the whole training set)."""
+    if text == "all":
+        return None
+    return int(text)  # ValueError: argparse reports an invalid --n value
+
+
+def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
+    """How a data owner serves binding analysis sequences from the command line: who may analyse, and
+    with which output-checking rules (issue 14).
+
+    * ``--analysis-data FILE.csv``: the controller's confidential records.
+    * ``--analysis-domain FILE.csv``: the public attribute domain (``public_domain``; default: the
+      shipped ACS 2013 domain when the data has its columns).
+    * ``--analysts FILE|DIR``: the allow-list, Ed25519 public keys in PEM, each with its person: a
+      directory of ``*.pem`` files, one per person (the file's stem is the person), or one file whose
+      PEM blocks may each follow a ``# person: NAME`` line (else the file's stem). Refusals, cool-downs
+      and quotas are kept per person (``people``), so a fresh key is not a fresh start.
+    * ``--authority-key PEM``: a certification authority; a key outside the allow-list may analyse with
+      the authority's co-signature on its T_0, its key and the person it belongs to.
+    * ``--open-analysis``: neither, anyone may analyse (local demos only). Without it, the server
+      refuses to serve analysis data with neither an allow-list nor an authority.
+    * ``--rules FILE.toml``: output-checking thresholds under a ``[rules]`` table, the fields of
+      :class:`~petlab.server.controller.output_checking.Rules` (defaults: acro's ``default.yaml`` values plus
+      the stricter quantile and regression rules).
+    * ``--analysis-cooldown-seconds``: after a refusal, the person runs no analysis for that long.
+    * ``--analysis-refusal-budget``: after that many refusals the person is suspended until the data
+      owner lifts it (``petlab-server persons lift PERSON``).
+    * ``--analysis-quota-per-day``: analyses per person per rolling 24 hours.
+    * ``--controller-id``: the name a certification authority's co-signature is bound to (with the
+      data set's keyed digest, the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
+      Default: a random id made once and kept in the data directory.
+    """
+    add_env_option(serve, "--analysis-data", Path, None, "CSV of confidential records for analysis sequences")
+    add_env_option(
+        serve,
+        "--analysis-domain",
+        Path,
+        None,
+        "public attribute domain of the analysis data (CSV: a column's name, then its values, per line)",
+    )
+    add_env_option(
+        serve, "--analysts", Path, None, "allow-list: PEM public keys (a file or a directory of *.pem)"
+    )
+    add_env_option(serve, "--authority-key", Path, None, "certification authority's public key (PEM)")
+    add_env_switch(serve, "--open-analysis", "let any key analyse (local demos only)")
+    add_env_option(serve, "--rules", Path, None, "output-checking rules (TOML, a [rules] table)")
+    add_env_option(
+        serve,
+        "--analysis-cooldown-seconds",
+        float,
+        3600.0,
+        "no analysis for a person this long after one of theirs was withheld",
+    )
+    add_env_option(
+        serve,
+        "--analysis-refusal-budget",
+        int,
+        3,
+        "withheld analyses after which a person is suspended until `petlab-server persons lift`",
+    )
+    add_env_option(serve, "--analysis-quota-per-day", int, 1000, "analyses per person per rolling 24 hours")
+    add_env_option(
+        serve,
+        "--controller-id",
+        str,
+        None,
+        "the name certification authorities bind co-signatures to (default: a random id kept in "
+        "the data directory)",
+    )
+
+
+def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The controller room's fields of ``server.app.ServerOptions``."""
+    return {
+        "analysis_data": args.analysis_data,
+        "analysis_domain": args.analysis_domain,
+        "authority_key": args.authority_key,
+        "analysts": args.analysts,
+        "open_analysis": args.open_analysis,
+        "rules": args.rules,
+        "analysis_cooldown_seconds": args.analysis_cooldown_seconds,
+        "analysis_refusal_budget": args.analysis_refusal_budget,
+        "analysis_quota_per_day": args.analysis_quota_per_day,
+        "controller_id": args.controller_id,
+    }
+
+
+def add_identity_arguments(serve: argparse._ActionsContainer) -> None:
+    """How a data owner names callers and bounds what each may hold, from the command line (issue 15).
+
+    * ``--tokens FILE``: bearer tokens, lines ``owner-name token`` (owner-only file; see
+      :mod:`petlab.server.common.callers`). Every k-NN call must then carry a valid token.
+    * With ``--tls-client-ca`` (mutual TLS) and no tokens, the client certificate names the owner.
+    * ``--owner-cap-mb``, ``--owner-max-keys``: what one identified owner may store (bytes of keys plus
+      its uploads in flight; number of key sets). ``--owner-upload-slots``,
+      ``--owner-evaluation-slots``: its concurrent uploads and classifications.
+
+    Without tokens or client certificates callers are anonymous and only the store-wide limits apply.
+    """
+    add_env_option(
+        serve,
+        "--tokens",
+        Path,
+        None,
+        "bearer tokens, lines 'owner-name token', file mode 600: every k-NN call must carry "
+        "'authorization: Bearer <token>'; keys and quotas are per owner",
+    )
+    add_env_option(
+        serve,
+        "--owner-cap-mb",
+        float,
+        None,
+        "per identified owner: stored keys plus uploads in flight, MiB (at most --key-cap-mb; "
+        "default: --owner-max-keys key sets of the largest model)",
+    )
+    add_env_option(
+        serve, "--owner-max-keys", int, 4, "per identified owner: stored key sets (its oldest make room)"
+    )
+    add_env_option(serve, "--owner-upload-slots", int, 1, "per identified owner: concurrent key uploads")
+    add_env_option(
+        serve, "--owner-evaluation-slots", int, 1, "per identified owner: concurrent classifications"
+    )
+
+
+def caller_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The caller-identity fields of ``server.app.ServerOptions`` (the per-owner slots go to the
+    k-NN room's ``ServiceLimits``)."""
+    return {
+        "tokens": args.tokens,
+        "owner_cap_bytes": None if args.owner_cap_mb is None else int(args.owner_cap_mb * (1 << 20)),
+        "owner_max_keys": args.owner_max_keys,
+    }

@@ -34,7 +34,8 @@ CIRCUIT_FORMAT_VERSION = 2
 @dataclass(frozen=True)
 class KnnSettings:
     """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
-    the circuit family (``"fast"``, the default, or the paper's ``"paper"``; ``crypto.knn.families``)."""
+    the circuit family (``"thermo"``, the default, ``"fast"`` or the paper's ``"paper"``;
+    ``crypto.knn.families``), the thermo family's distance, and condensation of the whole set."""
 
     n: int | None = 40  # None: the whole training set
     k: int = 3

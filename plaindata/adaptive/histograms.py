@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 What reaches the terminal: the file written and the model's (DP) dependency order on success, one
 line on failure, and in both cases the same privacy statement (:mod:`petlab.plaindata.plausible.
-accounting`): the per-record (k, gamma) criterion, Theorem 1's (eps, delta) for one released
+statement`): the per-record (k, gamma) criterion, Theorem 1's (eps, delta) for one released
 record, the sentence that this is not a guarantee for the data set, and the model's own DP; a
 function of the configuration only. No count of the input is printed.
 """
@@ -19,7 +19,7 @@ from petlab.errors import BadInput, reading_input
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.commands.common import DIAGNOSTICS_HELP, print_report, save_diagnostics
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
-from petlab.plaindata.plausible.accounting import report_lines
+from petlab.plaindata.plausible.statement import report_lines
 from petlab.plaindata.plausible.synthesis import (
     CANDIDATES_PER_RECORD,
     PlausibleConfig,

@@ -22,7 +22,7 @@
   records: with a fixed-size split, adding a record moves others between subsets. Assigning each
   record to a subset independently at random keeps it.
 
-Every function returns a :class:`~petlab.plaindata.dp.accounting.PrivacyCost` that keeps its
+Every function returns a :class:`~petlab.plaindata.dp.privacy_cost.PrivacyCost` that keeps its
 parts. Deltas are capped at 1 (a delta of 1 holds for any mechanism: the cost is then vacuous,
 and says so). Probabilistic DP (ICDE 2008) is not closed under these rules, so they accept DP
 costs only, apart from :func:`report_lines` of a single cost.
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
-from petlab.plaindata.dp.accounting import DP, PrivacyCost
+from petlab.plaindata.dp.privacy_cost import DP, PrivacyCost
 
 SEQUENTIAL = "sequential composition (Dwork and Roth, Theorem 3.16)"
 ADVANCED = "advanced composition (Dwork and Roth, Theorem 3.20)"

@@ -2,6 +2,6 @@
 
 Algorithm 1 (:mod:`.algorithm1`), its privacy calculus (:mod:`.privacy`), the release pipeline with
 Algorithm 2's domain shrinking, the beyond cell and accept/reject (:mod:`.release`, derivation in
-its docstring), its statement (:mod:`.accounting`), the public geography
+its docstring), its statement (:mod:`.statement`), the public geography
 (:mod:`.block_grid`, :mod:`.coarsening`) and commute data (:mod:`.commute_data`).
 """

@@ -17,7 +17,7 @@ driver
    has each task write its part, ``part-NNNNN.parquet`` (``w_geocode, h_geocode, S000``), into
    the output directory (which every worker must reach: a shared file system, or an fsspec URL
    such as ``s3://...``), and return only its priors' summary (public) and counts; the driver
-   states the release's cost once (:func:`~petlab.plaindata.onthemap.accounting.release_cost`).
+   states the release's cost once (:func:`~petlab.plaindata.onthemap.statement.release_cost`).
 
 Given alpha, destinations are independent in the single-process release as well, so the output's
 law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's
@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from petlab.plaindata.dp.accounting import PrivacyCost
-from petlab.plaindata.onthemap.accounting import PriorSummary, release_cost
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.release import DistanceBands, release
+from petlab.plaindata.onthemap.statement import PriorSummary, release_cost
 from petlab.plaindata.secure_random import partition_generator
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ within its destination. Per destination d:
    that are empty for d, distinct. The cost grows with the number of O/D pairs and synthetic
    workers, not with k(d).
 
-Privacy (derived here; the statement is :func:`petlab.plaindata.onthemap.accounting.release_cost`).
+Privacy (derived here; the statement is :func:`petlab.plaindata.onthemap.statement.release_cost`).
 Write X for one destination's counts over the cells, D for a data set and X1 = X0 + e_i, X2 =
 X0 + e_j for D with one worker x put at origin i or j (X0: D without x). The disclosure set
 Disc(D, eps') (Definitions 5-6) holds the outputs m whose likelihoods under some such X1, X2
@@ -78,8 +78,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from petlab.plaindata.dp.accounting import PrivacyCost
-from petlab.plaindata.onthemap.accounting import DOMAIN_SHARE, TAIL_SHARE, PriorSummary, release_cost
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.onthemap.algorithm1 import polya_spread
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.privacy import (
@@ -88,6 +87,7 @@ from petlab.plaindata.onthemap.privacy import (
     shrunk_domain_bounds,
     shrunk_union_tail_alphas,
 )
+from petlab.plaindata.onthemap.statement import DOMAIN_SHARE, TAIL_SHARE, PriorSummary, release_cost
 from petlab.plaindata.secure_random import release_generator
 
 

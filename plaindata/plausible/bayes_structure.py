@@ -34,9 +34,9 @@ from itertools import combinations
 
 import numpy as np
 
-from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.composition import per_query_epsilon, repeated, sequential
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.plausible.entropy import count_lower_bound, entropy, entropy_sensitivity
 
 # a variable of an entropy query: (attribute, discretized?); identical variables are canonical

@@ -6,7 +6,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
 1. Assign every record of D to D_S (structure), D_P (parameters) or D_T (seeds) independently at
    random, with the public probabilities ``config.split`` (Section 3, Section 6.1). Independently,
    not as a fixed-size split: then adding or removing one record changes its own subset only,
-   which is what the model's parallel composition needs (derivation in :mod:`.accounting`). A subset may be
+   which is what the model's parallel composition needs (derivation in :mod:`.statement`). A subset may be
    empty; every step below accepts that.
 2. Learn the structure on D_S and the parameters on D_P with differential privacy
    (:mod:`.bayes_structure`, :mod:`.bayes_model`).
@@ -17,7 +17,7 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
    ``max_candidates`` runs (default :data:`CANDIDATES_PER_RECORD` x ``count``); fewer than
    ``count`` passing records is a failed run, which releases nothing. What is guaranteed (the
    per-record criterion and Theorem 1 for one record) and why no figure covers the whole release
-   (the failure, the number of records): :mod:`.accounting`.
+   (the failure, the number of records): :mod:`.statement`.
 
 Counting plausible seeds. Pr{y = M(d)} is 0 unless d agrees with y on the kept attributes and is
 then one common value (see :mod:`petlab.plaindata.plausible.bayes_model`), so all the seeds with non-zero
@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.composition import parallel, per_query_epsilon, repeated
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.plausible.bayes_model import (
     BayesNet,
     learn_parameters,

@@ -10,6 +10,9 @@
   (its subject alternative name, else its common name, as gRPC reports it) names the owner.
 * Neither: callers are anonymous; the owner recorded with a key is the caller's address, for the
   log only, and no per-owner limits apply (the key store is one shared pool, as before).
+
+What one identified owner may hold is its :class:`OwnerQuota` (:func:`owner_quota`); the k-NN key
+store and admission count against it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -102,3 +106,29 @@ class CallerIdentities:
             grpc.StatusCode.UNAUTHENTICATED,
             "this server requires a valid bearer token (metadata 'authorization: Bearer <token>')",
         )
+
+
+@dataclass(frozen=True)
+class OwnerQuota:
+    """What one identified owner may hold: bytes of stored keys plus uploads in flight, and keys."""
+
+    max_bytes: int
+    max_keys: int
+
+    def __post_init__(self) -> None:
+        if self.max_bytes <= 0 or self.max_keys <= 0:
+            raise ValueError("a per-owner quota must allow at least one key and one byte")
+
+
+def caller_identities(tokens: Path | None, client_certificates: bool) -> CallerIdentities:
+    """Identities from the tokens file (if any) and whether client certificates are required."""
+    return CallerIdentities(load_tokens(tokens) if tokens else None, client_certificates)
+
+
+def owner_quota(
+    identities: CallerIdentities, owner_cap_bytes: int, owner_max_keys: int, key_cap_bytes: int
+) -> OwnerQuota | None:
+    """The per-owner quota when callers are identified (never above the store's cap), else None."""
+    if not identities.enforced:
+        return None
+    return OwnerQuota(min(owner_cap_bytes, key_cap_bytes), owner_max_keys)

@@ -1,11 +1,11 @@
 """Declarative statistical analyses, interpreted (never executed) by the data controller.
 
-An analysis is a JSON object validated against ``protos/analysis.schema.json``; the README documents
-the format. The interpreter computes the result on the controller's DataFrame together with what
-output checking needs (Domingo-Ferrer, PSD 2022, Section 2 and 4.1): per-cell counts and
-contributions for tables, residual degrees of freedom for regressions, and what the analysis
-reveals as linear functionals of the records, for the audit of everything released
-(``release_audit``, issue 22):
+An analysis is a JSON object validated against ``protos/analysis.schema.json``;
+docs/reference/file-formats.md ("Analyses") documents the format. The interpreter computes the result on the
+controller's DataFrame together with what output checking needs (Domingo-Ferrer, PSD 2022, Section 2
+and 4.1): per-cell counts and contributions for tables, residual degrees of freedom for regressions,
+and what the analysis reveals as linear functionals of the records, for the audit of everything
+released (``release_audit``, issue 22):
 
 ================  ===========================================================================
 statistic         released functionals (weight vectors over the records)

@@ -8,7 +8,8 @@ cool-downs and quotas per *person*:
   person (``crypto.chain.traces.CertificationScope.person_id``): the authority vouches that this key
   is that person's, as it vouches for the sequence;
 * ``--open-analysis`` (local demos): every key is a person of its own (``key:<hex>``), so none of
-  this holds against someone with several keys; the README says so.
+  this holds against someone with several keys; docs/explanation/threat-models.md ("Who may
+  analyse") says so.
 
 Refusals are bits. A refused analysis tells the analyst that releasing it would have been
 disclosive: a yes/no answer computed from the confidential data (Kenthapadi, Mishra and Nissim,

@@ -38,7 +38,8 @@ deadlines (:mod:`petlab.server.knn.service`). A worker only runs ``server.run`` 
 What the cluster's machines see: the compiled circuit, evaluation keys and ciphertexts (for a
 split model also the stages' encrypted intermediate values: each partition's k smallest
 distances, D_k and the votes, all encrypted under the client's key); never a secret key, never a
-query, an intermediate value or an answer in the clear (README, "Scaling out").
+query, an intermediate value or an answer in the clear (docs/explanation/threat-models.md,
+"Scaling out").
 """
 
 from __future__ import annotations

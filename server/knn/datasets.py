@@ -101,7 +101,8 @@ def load_csv(path: Path, label_column: str = "label", name: str | None = None) -
 def owner_settings(name: str) -> KnnSettings:
     """The data owner's settings for a bundled data set (issue 25): the thermo family, k = 3, and
     what keeps its classifier within one point of float k-NN on the whole training set over ten
-    stratified splits (README, "Accuracy"; ``petlab-experiments knn-accuracy``). Iris keeps 40
+    stratified splits (docs/explanation/knn-circuits.md, "Accuracy and the owner settings";
+    ``petlab-experiments knn-accuracy``). Iris keeps 40
     selected points (they classify the held-out rows as well as all 120: the classes barely
     overlap); the others keep their whole training set, which k-NN needs (breast_cancer lost two
     points at n = 200, digits needs every variant of every digit). Wine uses 3-bit features

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from petlab.errors import BadInput
 from petlab.owner_only import private_directory
+from petlab.server.common.callers import OwnerQuota
 
 KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -81,18 +82,6 @@ class UploadMismatch(KeyStoreError):
 
 class OwnerQuotaExceeded(KeyTooLarge):
     """The caller's own quota (bytes, keys or uploads in flight) leaves no room."""
-
-
-@dataclass(frozen=True)
-class OwnerQuota:
-    """What one identified owner may hold: bytes of stored keys plus uploads in flight, and keys."""
-
-    max_bytes: int
-    max_keys: int
-
-    def __post_init__(self) -> None:
-        if self.max_bytes <= 0 or self.max_keys <= 0:
-            raise ValueError("a per-owner quota must allow at least one key and one byte")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
-"""On-disk cache of compiled encrypted k-NN circuits (fast or paper), so a second start does not recompile.
+"""On-disk cache of compiled encrypted k-NN circuits of every family (thermo, fast, paper; whole or
+split over partitions), so a second start does not recompile.
 
+The cache directory is ``$PETLAB_CACHE_DIR``, else ``~/.cache/petlab/models``.
 Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn.model.KnnModel.cache_key`
-(training data, settings, circuit configuration, concrete-python version, and for a split model
-the number of partitions: its artifact is a module of stages, ``crypto.knn.split``). It holds ``server.zip``
-(concrete's server artifact) and ``meta.json`` with the artifact's SHA-256 and an HMAC-SHA256 over
-the entry (``server.knn.cache_integrity``). Both are written to a temporary name and renamed, so a crash
-never leaves a half entry. The server only loads artifacts it wrote: the cache directory must be
+(the kept training points and labels, k, bits, the family and its public distance, the circuit
+configuration, concrete-python's version, the circuit format, and for a split model the number of
+partitions: its artifact is a module of stages, ``crypto.knn.split``). It holds ``server.zip``
+(concrete's server artifact) and ``meta.json`` (the circuit's statistics, the compile time, the
+model's public description, the artifact's SHA-256 and an HMAC-SHA256 over the entry,
+``server.knn.cache_integrity``). Both are written in a ``.staging-*`` directory that is renamed
+into place, so a crash never leaves a half entry; staging directories older than an hour are
+removed at the next start. The server only loads artifacts it wrote: the cache directory must be
 this user's and writable by nobody else (created 0700, refused otherwise), and an entry whose MAC
-under the directory's owner-only key does not verify (truncated, edited, swapped, planted) is
-discarded and recompiled before concrete ever opens it.
+under the directory's owner-only key or whose digest does not verify (truncated, edited, swapped,
+planted) is discarded with a warning and recompiled before concrete ever opens it.
 """
 
 from __future__ import annotations

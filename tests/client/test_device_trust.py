@@ -25,6 +25,7 @@ import pytest
 from petlab.client import analyst
 from petlab.client import main as client_main
 from petlab.client.knn_client import _safe
+from petlab.crypto.chain.certification import DOCUMENT_VERSION
 from petlab.crypto.knn.deployment import parse_ciphertext, parse_evaluation_keys, run_encrypted
 from petlab.crypto.knn.model import KnnSettings
 from petlab.owner_only import private_directory, write_owner_only
@@ -184,7 +185,7 @@ class HostileController(controller_pb2_grpc.AnalysisControllerServicer):
 
 def test_the_analyst_prints_no_control_character_of_the_controller(capsys):
     document = {
-        "version": analyst.DOCUMENT_VERSION,
+        "version": DOCUMENT_VERSION,
         "traces": [bytes(64).hex(), bytes(64).hex(), bytes([1] * 64).hex()],
         "pointers": ["p", "p"],
         "specs": {"p": "{}"},

@@ -4,17 +4,18 @@ serialized sizes of the messages."""
 import math
 from dataclasses import replace
 
+import grpc
 import numpy as np
 import pandas as pd
 import pytest
 
+from petlab.client.call_stats import CallRecorder
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
 from petlab.experiments import run_all as run_all_module
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
-from petlab.experiments.wire import ByteCountingChannel
 from petlab.plaindata.onthemap.privacy import accept_reject_epsilon
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 
@@ -95,11 +96,13 @@ def server(serve, hosted_model, tmp_path_factory):
 @pytest.mark.slow
 def test_counted_bytes_equal_serialized_message_sizes(server):
     running, model = server
-    channel = ByteCountingChannel(make_channel(f"127.0.0.1:{running.port}"))
+    wire = CallRecorder()
+    channel = grpc.intercept_channel(make_channel(f"127.0.0.1:{running.port}"), wire)
     knn = knn_pb2_grpc.KnnServiceStub(channel)
     request = knn_pb2.GetClientSpecsRequest(model="iris")
     reply = knn.GetClientSpecs(request)
-    assert channel.snapshot() == (len(request.SerializeToString()), len(reply.SerializeToString()))
+    assert wire.totals() == (len(request.SerializeToString()), len(reply.SerializeToString()))
+    assert [c.method for c in wire.calls] == ["GetClientSpecs"]
     public_key, _ = generate_keypair()
     encrypted, norm = encrypt_query(public_key, model.quantizer.transform(np.array([5.0, 3.4, 1.5, 0.2])))
     distances = paillier_pb2.DistancesRequest(
@@ -108,10 +111,13 @@ def test_counted_bytes_equal_serialized_message_sizes(server):
         encrypted_levels=[to_bytes(c) for c in encrypted],
         encrypted_square_norm=to_bytes(norm),
     )
-    before = channel.snapshot()
+    before = wire.totals()
     answer = paillier_pb2_grpc.PaillierKnnServiceStub(channel).Distances(distances)
-    assert channel.sent - before[0] == distances.ByteSize() > 4 * 256
-    assert channel.received - before[1] == answer.ByteSize() > 0
+    assert wire.totals()[0] - before[0] == len(distances.SerializeToString()) > 4 * 256
+    assert wire.totals()[1] - before[1] == len(answer.SerializeToString()) > 0
+    with pytest.raises(grpc.RpcError):  # a failed call is not recorded
+        knn.GetClientSpecs(knn_pb2.GetClientSpecsRequest(model="no-such-model"))
+    assert len(wire.calls) == 2
     channel.close()
 
 

@@ -5,7 +5,7 @@ distance by a selection network, all points at or below it vote (``plan``, ``cir
 from functools import partial
 
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.family import KnnFamily
+from petlab.crypto.knn.families import KnnFamily
 from petlab.crypto.knn.fast import reference
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.fast.plan import FastKnnPlan, build_fast_plan

@@ -116,7 +116,8 @@ def circuit_function(plan: FastKnnPlan, config: CircuitConfig) -> Callable:
     return knn
 
 
-def compile_fast_circuit(plan: FastKnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
+def compile_fast_circuit(
+    plan: FastKnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
 ) -> fhe.Circuit:
     """Compile the fast circuit; with ``simulation`` it can also be run with ``circuit.simulate``
     (with ``execution=False``, only simulated)."""

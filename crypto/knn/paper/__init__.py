@@ -3,7 +3,7 @@ ranks by column sums, the mask ``rank < k``, vote and encrypted argmax (``plan``
 ``reference``). O(n^2) lookups."""
 
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.family import KnnFamily
+from petlab.crypto.knn.families import KnnFamily
 from petlab.crypto.knn.paper import reference
 from petlab.crypto.knn.paper.circuit import compile_circuit
 from petlab.crypto.knn.paper.plan import KnnPlan, build_plan

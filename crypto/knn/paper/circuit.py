@@ -63,7 +63,8 @@ def circuit_function(plan: KnnPlan, config: CircuitConfig) -> Callable:
     return knn
 
 
-def compile_circuit(plan: KnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
+def compile_circuit(
+    plan: KnnPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
 ) -> fhe.Circuit:
     """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``
     (with ``execution=False``, only simulated)."""

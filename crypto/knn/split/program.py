@@ -261,7 +261,9 @@ def compile_program(
     check_program(program)
     functions = {stage.name: _function(stage) for stage in program.stages}
     compiler = ModuleCompiler(list(functions.values()), fhe.Wired(wires(program, functions)))
-    configuration = config.concrete_configuration(simulation, execution).fork(parameter_selection_strategy="multi")
+    configuration = config.concrete_configuration(simulation, execution).fork(
+        parameter_selection_strategy="multi"
+    )
     module = compiler.compile(inputsets(program), configuration)
     check_query_inputs(module.server.client_specs.serialize(), program.graph)
     return module

@@ -4,7 +4,7 @@ smallest distances, D_k comes from those lists, each class counts at most k vote
 (``encoding``, ``plan``, ``network``, ``circuit``, ``reference``)."""
 
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.family import KnnFamily
+from petlab.crypto.knn.families import KnnFamily
 from petlab.crypto.knn.thermo import reference
 from petlab.crypto.knn.thermo.circuit import compile_thermo_circuit
 from petlab.crypto.knn.thermo.encoding import thermometer

@@ -137,7 +137,8 @@ def compile_inputset(plan: ThermoPlan, seed: int = 0, random_queries: int = 64) 
     return [thermometer(np.asarray(q, dtype=np.int64), plan.bits) for q in levels]
 
 
-def compile_thermo_circuit(plan: ThermoPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
+def compile_thermo_circuit(
+    plan: ThermoPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
 ) -> fhe.Circuit:
     """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``
     (with ``execution=False``, only simulated)."""

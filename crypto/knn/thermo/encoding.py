@@ -6,10 +6,10 @@ Any per-feature function of a level is linear in these bits:
 the encrypted bits into distances to its clear training points with a clear matrix product and no
 programmable bootstrapping (``crypto.knn.thermo.plan``). The client sends d (2^bits - 1) bits
 instead of d integers: the inputs are seed-compressed, so this costs tens of bytes per bit
-(measured in the README).
+(measured in docs/explanation/benchmarks.md, "k-NN cost").
 
-A client may send any bits, not only a thermometer code (the README's "Malformed encodings"
-states what such a query computes and what it can reveal).
+A client may send any bits, not only a thermometer code (docs/explanation/knn-circuits.md,
+"Malformed encodings (thermo)", states what such a query computes and what it can reveal).
 """
 
 from __future__ import annotations

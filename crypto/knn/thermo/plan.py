@@ -159,7 +159,8 @@ def default_choice(d: int, bits: int) -> DistanceChoice:
     Few features (``d <= 4``): cap ``14 // d`` (at most 3), so raw distances fit 4 bits and step 2
     never runs, and a cost that saturates near a level difference of a fifth of the range.
     More features: cap 3 at the same saturation, reduction read at 5 bits. Measured over ten
-    splits (README, Accuracy): within a point of float k-NN on iris, wine (3 bits) and
+    splits (docs/explanation/knn-circuits.md, "Accuracy and the owner settings"): within a point
+    of float k-NN on iris, wine (3 bits) and
     breast_cancer; digits needs its owner's choice (scale 16, cap 6, 6-bit lookup)."""
     cap = min(3, max(1, 14 // d)) if d <= 4 else 3
     top = (1 << bits) - 1

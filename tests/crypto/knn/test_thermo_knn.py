@@ -311,7 +311,7 @@ def test_crafted_ties_and_fillers_in_simulation(simulate_all):
 
 def test_malformed_code_range_is_the_documented_bound():
     """Any 0/1 code gives feature f the cost g(0, v) + sum_{t in S} (g(t, v) - g(t - 1, v)) for the
-    set S of its ones: at least 0 and at most g(0, v) + g(L - 1, v) (README, Malformed encodings),
+    set S of its ones: at least 0 and at most g(0, v) + g(L - 1, v) (knn-circuits.md, Malformed encodings),
     checked over every subset S at 3 bits."""
     spec = DistanceSpec(d=1, bits=3, scale=2, cap=4, distance_bits=4)
     table = spec.table()
@@ -326,7 +326,7 @@ def test_malformed_code_range_is_the_documented_bound():
 
 @pytest.mark.parametrize("name", list(BUNDLED))
 def test_no_code_cancels_a_feature_but_malformed_codes_shape_it_more_freely(name):
-    """The documented bound (README, Malformed encodings), by enumeration of every 0/1 code of one
+    """The documented bound (knn-circuits.md, Malformed encodings), by enumeration of every 0/1 code of one
     feature under the owner's table: no code, valid or not, gives a cost that is the same for
     every training level (so no code isolates the other features), not even one of non-binary
     values wrapping modulo a power of two; while malformed 0/1 codes reach 2^(L-1) distinct
@@ -356,7 +356,7 @@ def test_no_code_cancels_a_feature_but_malformed_codes_shape_it_more_freely(name
 
 
 def test_malformed_codes_compute_the_reference_on_pseudo_distances(iris_thermo, simulate_all):
-    """Bound and document (README): the circuit evaluates any 0/1 code whose pseudo-distances stay
+    """Bound and document (knn-circuits.md): the circuit evaluates any 0/1 code whose pseudo-distances stay
     in the compiled range exactly as ``reference.classify_code`` does: the capped-vote k-NN of the
     pseudo-distances, nothing else."""
     model, circuit, _ = iris_thermo

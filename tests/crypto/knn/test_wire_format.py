@@ -24,7 +24,7 @@ from petlab.crypto.knn.wire_format import (
 pytestmark = pytest.mark.slow  # real key generation (about 2 s per model)
 
 # iris with the default family; wine with the fast one, whose parameters differ (two thermo circuits
-# can share every key parameter: their keys then pass these checks, README "Serving", not guaranteed)
+# can share every key parameter: their keys then pass these checks, threat-models.md, not guaranteed)
 IRIS, WINE = ("iris", KnnSettings(n=10, k=3)), ("wine", KnnSettings(n=6, k=3, algorithm="fast"))
 
 

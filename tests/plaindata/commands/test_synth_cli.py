@@ -155,7 +155,7 @@ def test_plausible_prints_no_input_count_and_the_same_statement_for_any_input(tm
     """Issue 24: "learning the model from N records" printed the exact input size. Two inputs of
     different sizes (1,999 and 2,000 records) now print the same statement and no count of
     theirs; a failed run prints one line and the same statement, which says that the failed exit
-    is not covered (plaindata/plausible/accounting.py)."""
+    is not covered (plaindata/plausible/statement.py)."""
     from petlab.plaindata import acs_sample_path
 
     sample = pd.read_csv(acs_sample_path())

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from petlab.plaindata.dp.accounting import PrivacyCost
 from petlab.plaindata.dp.composition import compose, optimal_composition, sequential
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 
 
 def kov_delta(epsilon: float, count: int, delta: float, epsilon_total: float) -> float:

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from petlab.plaindata.adaptive.histograms import improved_cost, leaf_measurement_cost
-from petlab.plaindata.dp.accounting import DP, PROBABILISTIC_DP, PrivacyCost
 from petlab.plaindata.dp.composition import parallel, repeated, report_lines, sequential
-from petlab.plaindata.onthemap.accounting import PriorSummary, release_cost
+from petlab.plaindata.dp.privacy_cost import DP, PROBABILISTIC_DP, PrivacyCost
+from petlab.plaindata.onthemap.statement import PriorSummary, release_cost
 
 
 def test_costs_are_checked_values():

@@ -11,7 +11,6 @@ from scipy import stats
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.dp.noise import SeededNoise
 from petlab.plaindata.metrics.tabular import all_marginal_tvds
-from petlab.plaindata.plausible.accounting import one_record_cost, report_lines
 from petlab.plaindata.plausible.bayes_model import seed_probabilities
 from petlab.plaindata.plausible.privacy_tests import (
     count_plausible_seeds,
@@ -19,6 +18,7 @@ from petlab.plaindata.plausible.privacy_tests import (
     partitions,
     privacy_test_2_batch,
 )
+from petlab.plaindata.plausible.statement import one_record_cost, report_lines
 from petlab.plaindata.plausible.synthesis import (
     PlausibleConfig,
     fit,

@@ -9,7 +9,7 @@ counts) and passes with probability p = sum_y P_D(y). So the release outputs the
 (y_1..y_c) with probability prod_i P_D(y_i) * sum_{j=c}^{L} C(j - 1, c - 1) (1 - p)^{j - c}, and
 FAILED with probability P(Binomial(L, p) < c).
 
-Every DP figure of the printed statement (:func:`petlab.plaindata.plausible.accounting.report_lines`,
+Every DP figure of the printed statement (:func:`petlab.plaindata.plausible.statement.report_lines`,
 what the command prints) is checked against the exact law it claims to cover: a figure "for sets of
 records" against one run's law on sets of records (Theorem 1); the model's own figure is checked
 against the accountant in ``test_printed_figures``; any other DP figure claims the release and is
@@ -32,7 +32,7 @@ from scipy.stats import binom
 from test_plausible_mechanism_law import DOMAIN, GAMMA, MODEL, OMEGA, SEEDS, hockey_stick, mechanism_law
 
 from petlab.plaindata.dp.noise import SeededNoise
-from petlab.plaindata.plausible import accounting
+from petlab.plaindata.plausible import statement
 from petlab.plaindata.plausible.bayes_structure import Structure
 from petlab.plaindata.plausible.privacy_tests import theorem1
 from petlab.plaindata.plausible.synthesis import (
@@ -74,8 +74,8 @@ def divergence(first: dict, second: dict, epsilon: float) -> float:
 def printed(config: PlausibleConfig, count: int, limit: int) -> list[tuple[str, float, float]]:
     """The DP figures of the statement the command prints for this configuration."""
     fitted = FittedModel(MODEL, Structure(MODEL.parents, MODEL.order, None, 0.0, 0), SEEDS, None)
-    arguments = len(inspect.signature(accounting.report_lines).parameters)
-    lines = accounting.report_lines(*(fitted, config, count, limit)[:arguments])
+    arguments = len(inspect.signature(statement.report_lines).parameters)
+    lines = statement.report_lines(*(fitted, config, count, limit)[:arguments])
     out = []
     for line in lines:
         match = FIGURE.match(line)
@@ -131,7 +131,7 @@ def test_every_printed_figure_holds_on_random_neighbours():
 
 
 def test_no_composed_figure_covers_the_failed_exit():
-    """Why nothing is composed (plaindata/plausible/accounting.py, 3.): on the counterexample the
+    """Why nothing is composed (plaindata/plausible/statement.py, 3.): on the counterexample the
     failed exit alone breaks Theorem 1 composed over the L runs (the statement printed before
     issue 31) when as many records are asked for as runs allowed, and at the defaults by a factor
     of millions; the law conditioned on passing (no failure) breaks any figure with delta 1/2."""

@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petlab.client.analyst import certify, describe, keygen, main, next_request, open_request, prepare, run
+from petlab.client.analyst import describe, keygen, main, next_request, open_request, prepare, run
 from petlab.client.knn_client import make_channel
+from petlab.crypto.chain.certification import certify
 from petlab.crypto.chain.instructions import canonical_json
 from petlab.crypto.chain.traces import ANALYST_DOMAIN, public_key_bytes, public_key_pem, seal
 from petlab.plaindata import acs_sample_path
@@ -293,7 +294,7 @@ def test_certification_authority(serve, tmp_path):
 
 
 def test_certification_from_the_command_line(serve, tmp_path, capsys):
-    """The README's flow with the CLI only: describe, certify for that controller, run."""
+    """The analyst's flow (docs how-to/analyst.md), CLI only: describe, certify for that controller, run."""
     authority_key, analyst_key = tmp_path / "authority.pem", tmp_path / "analyst.pem"
     keygen(authority_key)
     keygen(analyst_key)
@@ -364,7 +365,7 @@ def _four_set_tracker() -> list[dict]:
 def test_four_set_tracker_is_refused(channel, server, caplog):
     """Attack: pairwise query-set control let this sequence through, and the four released means
     gave the hours worked of the one man in B exactly. The exact audit refuses the third: N is public
-    (the README gives it; the audit always counts the universe as released), so A, B and "neither"
+    (the audit always counts the universe as released), so A, B and "neither"
     already complete the tracker (issue 22 changed this from the fourth)."""
     tracker = _four_set_tracker()
     old_control = QuerySetControl(len(DATA), 10)

@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from petlab.client.analyst import certify, describe, next_request, open_request, prepare, run
+from petlab.client.analyst import describe, next_request, open_request, prepare, run
 from petlab.client.knn_client import make_channel
+from petlab.crypto.chain.certification import certify
 from petlab.crypto.chain.traces import public_key_bytes, public_key_pem
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2_grpc
@@ -515,7 +516,7 @@ def test_the_history_survives_a_restart_and_is_tied_to_the_data(serve, tmp_path,
 
 
 def test_the_example_sequences_still_release(channel):
-    """client/examples/analyses.json, the README's benign sequence: every analysis is answered."""
+    """client/examples/analyses.json, the docs' benign sequence: every analysis is answered."""
     from importlib import resources
 
     specs = json.loads(resources.files("petlab.client.examples").joinpath("analyses.json").read_text())

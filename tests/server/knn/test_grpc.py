@@ -296,7 +296,7 @@ def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_
     used (``touch`` ran before the query was parsed) and kept it alive for ever. Only a successful
     evaluation moves its last-used time now.
 
-    Circuit privacy (README): the result is returned as concrete computed it, not re-randomised.
+    Circuit privacy (threat-models.md): the result is returned as concrete computed it, not re-randomised.
     The same query gives byte-identical results: a deterministic function of the query, the
     evaluation keys and the server's circuit (its training points)."""
     stub = knn_pb2_grpc.KnnServiceStub(channel)

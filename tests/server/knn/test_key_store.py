@@ -4,13 +4,13 @@ import threading
 import pytest
 
 from petlab.owner_only import UnsafeDirectory
+from petlab.server.common.callers import OwnerQuota
 from petlab.server.knn.key_store import (
     KeyForAnotherModel,
     KeyNotFound,
     KeyStore,
     KeyTooLarge,
     MalformedKeyId,
-    OwnerQuota,
     OwnerQuotaExceeded,
     OwnerUsage,
     UploadMismatch,

@@ -68,7 +68,7 @@ delta_T = 0: the model does not read D_T).
 
 from __future__ import annotations
 
-from petlab.plaindata.dp.accounting import PrivacyCost
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.plausible.privacy_tests import default_t, theorem1
 from petlab.plaindata.plausible.synthesis import FittedModel, PlausibleConfig
 
@@ -76,7 +76,7 @@ NEIGHBOURS = "neighbours: one seed record added or removed, the model fixed"
 NOT_FOR_THE_DATA_SET = (
     "NOT a guarantee for the data set: the number of records released, the failed exit and the "
     "released records taken together are not covered, and no sound composed figure exists "
-    "(plaindata/plausible/accounting.py)"
+    "(plaindata/plausible/statement.py)"
 )
 
 

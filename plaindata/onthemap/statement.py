@@ -1,4 +1,4 @@
-"""OnTheMap's privacy statement as a :class:`~petlab.plaindata.dp.accounting.PrivacyCost`.
+"""OnTheMap's privacy statement as a :class:`~petlab.plaindata.dp.privacy_cost.PrivacyCost`.
 
 Neighbouring data sets (ICDE 2008, Section IV, as the derivation in
 :mod:`petlab.plaindata.onthemap.release` uses them): the same workers, one of whom has another
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from petlab.plaindata.dp.accounting import PROBABILISTIC_DP, PrivacyCost
+from petlab.plaindata.dp.privacy_cost import PROBABILISTIC_DP, PrivacyCost
 from petlab.plaindata.onthemap.privacy import accept_reject_epsilon, shrunk_epsilon
 
 NEIGHBOURS = "neighbours: one worker's origin moved within its destination"

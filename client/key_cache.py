@@ -1,5 +1,6 @@
-"""The device's key cache: where it lives. The owner-only checks and writes it relies on are
-``petlab.owner_only``'s."""
+"""Where the device's key cache lives (what its files are and how they are written is
+``client.knn_client``'s; the owner-only checks and writes are ``petlab.owner_only``'s). A module of
+its own so that ``petlab-client --help`` can show the default without importing concrete."""
 
 from __future__ import annotations
 
