@@ -65,6 +65,14 @@ def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(serve, "--analysis-quota-per-day", int, 1000, "analyses per person per rolling 24 hours")
     add_env_option(
         serve,
+        "--analysis-audit-seconds",
+        float,
+        2.0,
+        "the longest one analysis's audit may hold the history lock; past it the step is answered "
+        "UNAVAILABLE with a retry hint and nothing is recorded",
+    )
+    add_env_option(
+        serve,
         "--controller-id",
         str,
         None,
@@ -85,5 +93,6 @@ def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
         "analysis_cooldown_seconds": args.analysis_cooldown_seconds,
         "analysis_refusal_budget": args.analysis_refusal_budget,
         "analysis_quota_per_day": args.analysis_quota_per_day,
+        "analysis_audit_seconds": args.analysis_audit_seconds,
         "controller_id": args.controller_id,
     }
