@@ -61,7 +61,8 @@ def test_the_per_day_cap_counts_24_hours_of_new_forms(server, stub):
     before = server.controller.history.audit.n_released
     with pytest.raises(grpc.RpcError) as failure:
         stub.Next(next_request(second, session, 1), timeout=30)
-    assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "24 hours" in failure.value.details()
+    assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "24 hours" in failure.value.details()
     assert server.controller.history.audit.n_released == before
     now[0] += DAY  # the first three forms are now more than 24 hours old
     reply = stub.Next(next_request(second, session, 1), timeout=30)
