@@ -70,7 +70,7 @@ def test_the_per_day_cap_counts_24_hours_of_new_forms(server, stub):
 
 
 BUDGET = 0.5  # seconds one decision may hold the history lock in the test below
-BOUND = 2 * BUDGET + 1.5  # a waiting person's answer: the holder's budget, its own, and slack
+BOUND = 2 * BUDGET + 2.5  # the holder's budget, the waiter's own, and slack for a loaded machine
 
 
 def test_an_expensive_audit_holds_the_lock_a_bounded_time(server, stub):
