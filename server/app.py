@@ -99,6 +99,7 @@ class ServerOptions:
     analysis_cooldown_seconds: float = 3600.0
     analysis_refusal_budget: int = 3
     analysis_quota_per_day: int = 1000
+    analysis_audit_seconds: float = 2.0
     controller_id: str | None = None
     # The interactive Paillier baseline answers distances and labels for any query and indices: a
     # caller can reconstruct the training set from a handful of calls. For experiments only.
@@ -487,6 +488,7 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
             ),
             diagnostics=options.data_dir / "controller-diagnostics.log",
             domain=analysis_domain(options.analysis_domain, analysis_data),
+            audit_seconds=options.analysis_audit_seconds,
         )
     return services
 

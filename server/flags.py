@@ -298,6 +298,8 @@ def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
     * ``--analysis-refusal-budget``: after that many refusals the person is suspended until the data
       owner lifts it (``petlab-server persons lift PERSON``).
     * ``--analysis-quota-per-day``: analyses per person per rolling 24 hours.
+    * ``--analysis-audit-seconds``: the longest one audit may hold the shared history lock
+      (``server/controller/audit_clock.py``).
     * ``--controller-id``: the name a certification authority's co-signature is bound to (with the
       data set's keyed digest, the rules' SHA-256 and an expiry; ``crypto.chain.traces.CertificationScope``).
       Default: a random id made once and kept in the data directory.
@@ -333,6 +335,14 @@ def add_analysis_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(serve, "--analysis-quota-per-day", int, 1000, "analyses per person per rolling 24 hours")
     add_env_option(
         serve,
+        "--analysis-audit-seconds",
+        float,
+        2.0,
+        "the longest one analysis's audit may hold the history lock; past it the step is answered "
+        "UNAVAILABLE with a retry hint and nothing is recorded",
+    )
+    add_env_option(
+        serve,
         "--controller-id",
         str,
         None,
@@ -353,6 +363,7 @@ def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
         "analysis_cooldown_seconds": args.analysis_cooldown_seconds,
         "analysis_refusal_budget": args.analysis_refusal_budget,
         "analysis_quota_per_day": args.analysis_quota_per_day,
+        "analysis_audit_seconds": args.analysis_audit_seconds,
         "controller_id": args.controller_id,
     }
 

@@ -36,6 +36,8 @@ import secrets
 
 import numpy as np
 
+from petlab.server.controller.audit_clock import tick
+
 LOW, HIGH = 1 << 30, 1 << 31
 PRIMES_IN_RANGE = 35_000_000  # a lower bound on pi(2^31) - pi(2^30) (module docstring)
 CHUNK = 2048  # columns per float64 block in the products with 0/1 matrices
@@ -106,6 +108,7 @@ def rref(matrix: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
     pivots: list[int] = []
     r, c = 0, 0
     while r < rows and c < cols:
+        tick()
         end = min(c + WINDOW, cols)
         _, local = rref_simple(a[r:, c:end], p)
         if not len(local):
@@ -141,6 +144,8 @@ def rref_simple(matrix: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
     pivots: list[int] = []
     r, c = 0, 0
     while r < rows and c < cols:
+        if not r % 64:
+            tick()
         nonzero = np.flatnonzero(a[r:, c])
         if not len(nonzero):
             rest = np.flatnonzero(a[r:, c:].any(axis=0))  # skip a run of zero columns at once
@@ -189,6 +194,8 @@ def matmul(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
     out_low = np.zeros((left.shape[0], right.shape[1]), dtype=np.int64)
     out_high = np.zeros_like(out_low)
     for start in range(0, left.shape[1], 32):
+        if not start % 2048:
+            tick()
         part = left[:, start : start + 32]
         out_low = (out_low + (part @ low[start : start + 32]).astype(np.int64) % p) % p
         out_high = (out_high + (part @ high[start : start + 32]).astype(np.int64) % p) % p
@@ -203,6 +210,7 @@ def times_bits(coefficients: np.ndarray, bits: np.ndarray, p: int) -> np.ndarray
     left = np.asarray(coefficients, dtype=np.float64)
     out = np.empty((left.shape[0], bits.shape[1]), dtype=np.int64)
     for start in range(0, bits.shape[1], CHUNK):
+        tick()
         block = bits[:, start : start + CHUNK].astype(np.float64)
         out[:, start : start + CHUNK] = (left @ block).astype(np.int64) % p
     return out

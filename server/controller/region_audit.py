@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
 from petlab.server.controller.release_audit import ReleaseAudit, factors
@@ -160,6 +161,7 @@ class RegionAudit:
             vectors, inverse = dict(side.vectors), side.inverse
             cells = records = 0
             for start in range(0, len(forms), CHUNK):
+                tick()
                 chunk = forms[start : start + CHUNK]
                 rows = np.stack([self._over_atoms(form, representatives, p) for form in chunk])
                 basis, pivots, grew = _reduce(basis, pivots, rows, p)

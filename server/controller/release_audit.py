@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import (
     left_null_space,
     matmul,
@@ -335,6 +336,7 @@ class ReleaseAudit:
         for weight, rows in by_weight.items():
             chosen, part = bits[rows], coefficients[:, rows]
             for start in range(0, len(records), 8192):
+                tick()
                 block = records[start : start + 8192]
                 gathered = self._gather(chosen, block)
                 if weight is None:

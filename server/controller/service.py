@@ -33,8 +33,10 @@ audited against everything released. A step waits at most ``lock_seconds`` for t
 the step is refused with UNAVAILABLE and a retry hint, nothing changed, so one person's expensive
 history never stalls the others for longer (issue 30). What one person adds to the history is
 capped per session and per day (``PersonPolicy.rows_per_session``, ``rows_per_day``: new released
-forms, repeats are free), and the audit's own work is capped (``release_audit``, ``region_audit``),
-so the time the lock is held is bounded too.
+forms, repeats are free), and the audit's own work is capped (``release_audit``, ``region_audit``)
+and clocked: a decision that passes ``audit_seconds`` (``audit_clock``) is stopped, answered
+UNAVAILABLE with a retry hint and nothing recorded, so the lock is held for at most that budget plus
+one block of work, however slow the machine.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from petlab.crypto.chain.traces import (
 from petlab.protos import controller_pb2, controller_pb2_grpc
 from petlab.server.common.call_log import logged_unary
 from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
+from petlab.server.controller.audit_clock import AuditOverrun, audit_budget
 from petlab.server.controller.configuration import ControllerIdentity
 from petlab.server.controller.output_checking import Rules
 from petlab.server.controller.people import PersonPolicy, barrier, key_person
@@ -81,6 +84,7 @@ DIAGNOSTICS_HEADER = (
 )
 MAX_SPEC_BYTES = 64 * 1024
 LOCK_SECONDS = 5.0  # the longest a step waits for the one history lock (issue 30)
+AUDIT_SECONDS = 2.0  # the longest one decision holds that lock (issue 30, ``audit_clock``)
 WITHHELD = "withheld: disclosure control"
 _BARRIER_STATUS = {
     "suspended": grpc.StatusCode.PERMISSION_DENIED,
@@ -133,6 +137,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         diagnostics: Path | None = None,
         domain: PublicDomain | None = None,
         lock_seconds: float = LOCK_SECONDS,
+        audit_seconds: float = AUDIT_SECONDS,
     ):
         """``analysts``: raw public keys allowed to analyse, each with its person (an allow-list);
         with an ``authority_key`` a key outside the list may still analyse with the authority's
@@ -145,8 +150,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         ``domain``: the public attribute domain (``public_domain``): definitions, table levels and
         the region audit use it; without it (library use) they fall back on the values present.
         ``lock_seconds``: the longest a step waits for the history's lock before it is refused with
-        UNAVAILABLE and a retry hint (module docstring)."""
+        UNAVAILABLE and a retry hint (module docstring). ``audit_seconds``: the longest one decision
+        may hold that lock (``audit_clock``); past it, UNAVAILABLE and a retry hint, nothing recorded."""
         self._lock_seconds = lock_seconds
+        self._audit_seconds = audit_seconds
         if authority_key is not None and identity is None:
             raise ValueError("a controller with a certification authority needs its identity")
         self._data, self._sessions = data, sessions
@@ -286,7 +293,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
     def _check_person(self, person: str, context, session: Session | None = None) -> None:
         """Abort the call if the person may not analyse now (``people``); a suspension also closes
         ``session``."""
-        stop = barrier(self._sessions.person(person), self._policy, time.time())
+        stop = barrier(self._sessions.person(person), self._policy, self._sessions.clock())
         if stop is None:
             return
         if session is not None and stop.kind == "suspended":
@@ -354,7 +361,17 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             rows = history.fresh(released_functionals(evaluated))
             self._check_row_caps(session, len(rows), context)
             try:
-                reason = refusal_reason(evaluated, history)
+                with audit_budget(self._audit_seconds):
+                    reason = refusal_reason(evaluated, history)
+            except AuditOverrun:  # nothing decided, nothing recorded: the step can be sent again
+                log.warning(
+                    "session %s: the audit passed its %g s budget", session.session_id, self._audit_seconds
+                )
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the audit of this step would hold the controller longer than "
+                    f"{self._audit_seconds:g} s; nothing ran; send it again later or split the analysis",
+                )
             except Exception:  # the decision failed: nothing is released, the session ends cleanly
                 return self._failed(session, position, "the decision on the analysis")
             if reason:

@@ -20,6 +20,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,10 @@ _SESSION_COLUMNS = "session_id, analyst_key, first_trace, previous_trace, positi
 
 
 class SessionStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+        """``clock``: the time stamps of sessions, releases and steps, and the per-day windows read
+        from them (tests move it instead of sleeping)."""
+        self.clock = clock
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._db = sqlite3.connect(path, check_same_thread=False)
         self.lock = threading.RLock()
@@ -119,7 +123,7 @@ class SessionStore:
         one closes the person's earlier open sessions (``people``)."""
         person = person or key_person(analyst_key)
         session_id = secrets.token_hex(16)
-        now = time.time()
+        now = self.clock()
         with self.lock:
             try:
                 with self._db:
@@ -153,7 +157,7 @@ class SessionStore:
         rows: list[Released],
     ) -> None:
         """Accept a step: the session moves on, and its released functionals join ``history``."""
-        now = time.time()
+        now = self.clock()
         with self.lock, self._db:
             self._db.execute(
                 "UPDATE sessions SET previous_trace = ?, position = position + 1, status = ?, updated = ? "
@@ -185,7 +189,7 @@ class SessionStore:
         """End the session. A ``refusal`` (an abort that depends on the data) is counted against the
         person, starts the cool-down, suspends the person at ``refusal_budget`` refusals, and closes
         every other open session of the person."""
-        now = time.time()
+        now = self.clock()
         with self.lock, self._db:
             self._db.execute(
                 "UPDATE sessions SET status = ?, reason = ?, position = position + 1, "
@@ -212,7 +216,7 @@ class SessionStore:
         with self.lock, self._db:
             self._db.execute(
                 "UPDATE sessions SET status = ?, reason = ?, updated = ? WHERE session_id = ? AND status = ?",
-                (CLOSED, reason, time.time(), session.session_id, OPEN),
+                (CLOSED, reason, self.clock(), session.session_id, OPEN),
             )
 
     def _close_open(self, person: str, reason: str, now: float, keep: str = "") -> None:
@@ -225,7 +229,7 @@ class SessionStore:
     # ---------------------------------------------------------------- persons
 
     def person(self, person: str, now: float | None = None) -> PersonState:
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.lock:
             row = self._db.execute(
                 "SELECT refusals, last_refusal, suspended FROM persons WHERE person = ?", (person,)
@@ -240,7 +244,7 @@ class SessionStore:
     def rows_added(self, person: str, session_id: str, now: float | None = None) -> tuple[int, int]:
         """Released rows ``person`` added to the histories in ``session_id`` and in the last 24 hours
         (the caps of issue 30, ``people.PersonPolicy``)."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.lock:
             (in_session,) = self._db.execute(
                 "SELECT COUNT(*) FROM releases WHERE person = ? AND session_id = ?", (person, session_id)
@@ -260,7 +264,7 @@ class SessionStore:
         """The data owner's decision: suspend a person, or lift a suspension (which also clears the
         refusal count, so the budget starts again). The server enforces it at the person's next call
         (and closes the open session then)."""
-        now = time.time()
+        now = self.clock()
         with self.lock, self._db:
             self._db.execute(
                 "INSERT INTO persons (person, suspended, note, updated) VALUES (?, ?, ?, ?) "
@@ -284,7 +288,7 @@ class SessionStore:
                 raise ValueError("the release history of this data digest has another number of records")
             if known is None:
                 self._db.execute(
-                    "INSERT INTO histories VALUES (?, ?, ?)", (data_sha256, n_records, time.time())
+                    "INSERT INTO histories VALUES (?, ?, ?)", (data_sha256, n_records, self.clock())
                 )
             rows = self._db.execute(
                 "SELECT members, weight, definition FROM releases WHERE history = ? ORDER BY rowid",

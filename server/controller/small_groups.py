@@ -37,6 +37,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from petlab.errors import PetlabError
+from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import left_null_space, matmul, rref
 
 ENUMERATE = 10
@@ -82,6 +83,7 @@ def blocks(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
 def _search(rows: np.ndarray, sizes: np.ndarray, t: int, p: int, counter: list, budget: int):
     counter[0] += 1
     counter[1] += float(len(rows)) ** 2 * rows.shape[1]
+    tick()
     if counter[0] > budget or counter[1] > counter[2]:
         raise SearchBudget
     keep = np.flatnonzero(rows.any(axis=0))  # a column where all of V vanishes is never in z

@@ -1,0 +1,42 @@
+"""A clock on the audit's work (issue 30): the lock every person waits on is held for a bounded time.
+
+The work caps of ``release_audit`` and ``region_audit`` bound what one decision computes, but not in
+seconds: on a slow or loaded machine a decision within the caps can still hold the history's lock
+for tens of seconds. :func:`audit_budget` sets a deadline for the calling thread; the loops of the
+audit (``modular``'s eliminations and products, the small-group search, the audits' blocks) call
+:func:`tick`, which raises :class:`AuditOverrun` once the deadline has passed. The controller then
+answers UNAVAILABLE with a retry hint, releases the lock and records nothing (``service``). The lock
+is so held for at most the budget plus one block of work (a product of at most 2,048 columns, a
+panel of 64 pivots or one search node).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_state = threading.local()
+
+
+class AuditOverrun(Exception):
+    """The audit passed its deadline: nothing is decided."""
+
+
+@contextmanager
+def audit_budget(seconds: float) -> Iterator[None]:
+    """Within the block, :func:`tick` raises :class:`AuditOverrun` after ``seconds`` (in this thread)."""
+    earlier = getattr(_state, "deadline", None)
+    _state.deadline = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _state.deadline = earlier
+
+
+def tick() -> None:
+    """Raise :class:`AuditOverrun` if this thread's audit deadline has passed."""
+    deadline = getattr(_state, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise AuditOverrun("the audit passed its time budget")
