@@ -51,6 +51,7 @@ def test_the_targets_table_calls_a_slow_row_missed():
         "pbs_per_point": 5.04,
         "accuracy": 0.969,
         "float_knn": 0.974,
+        "load_average": 2.0,
     }
     table = knn_bench.targets_table([row, {**row, "server_median_s": 14.0}])
     lines = table.splitlines()[2:]
