@@ -120,7 +120,7 @@ def bench_one(
     model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
     bits = model.plan.bits
-    accuracy = {"accuracy": "", "float_knn": ""}
+    accuracy: dict[str, float | str] = {"accuracy": "", "float_knn": ""}
     if accuracy_splits and d is None:
         ours, floats = settings_accuracy(dataset, settings, accuracy_splits)
         accuracy = {"accuracy": round(ours, 4), "float_knn": round(floats, 4)}
