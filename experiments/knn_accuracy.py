@@ -34,6 +34,29 @@ from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bund
 COLUMNS = ["dataset", "d", "classes", "split", "test_rows", "family", "n", "bits", "accuracy", "float_knn"]
 
 
+def float_knn_accuracy(name: str, seed: int, k: int) -> float:
+    """Float k-NN (scikit-learn, min-max scaled, the whole training split) on split ``seed``."""
+    train, test = load_bundled(name).split(seed=seed)
+    scaler = MinMaxScaler().fit(train.features)
+    float_knn = KNeighborsClassifier(k).fit(scaler.transform(train.features), train.labels)
+    return float(float_knn.score(scaler.transform(test.features), test.labels))
+
+
+def settings_accuracy(name: str, settings: KnnSettings, splits: int) -> tuple[float, float]:
+    """Mean accuracy over splits 0..splits-1 of the clear reference built with ``settings`` from
+    each training split only (the encrypted class equals it), and float k-NN's mean beside it."""
+    ours, floats = [], []
+    for seed in range(splits):
+        train, test = load_bundled(name).split(seed=seed)
+        model = build_model(
+            name, train.features, train.labels, settings, public_bounds=bundled_public_bounds(name)
+        )
+        predicted = classify_clear(model.plan, model.quantizer.transform(test.features))
+        ours.append(float(np.mean(predicted == test.labels)))
+        floats.append(float_knn_accuracy(name, seed, settings.k))
+    return float(np.mean(ours)), float(np.mean(floats))
+
+
 def split_rows(name: str, seed: int, n: int, k: int, families: tuple[str, ...]) -> list[dict]:
     data = load_bundled(name)
     train, test = data.split(seed=seed)

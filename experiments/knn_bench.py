@@ -44,6 +44,7 @@ from petlab.crypto.knn.families import (
 )
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.thermo import cost
+from petlab.experiments.knn_accuracy import settings_accuracy
 from petlab.experiments.machine import cpu_model
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 from petlab.server.knn.key_warmup import prepare_keys
@@ -60,7 +61,10 @@ COLUMNS = [
     "strategy",
     "pbs_count",
     "cost_model_pbs",
+    "pbs_per_point",
     "complexity",
+    "accuracy",
+    "float_knn",
     "compile_s",
     "keygen_s",
     "eval_key_bytes_compressed",
@@ -75,6 +79,7 @@ COLUMNS = [
     "server_p90_s",
     "clear_median_s",
     "queries",
+    "load_average",
     "encrypted_equals_clear",
     "cpu",
     "cores",
@@ -100,9 +105,12 @@ def bench_one(
     dataset: str = "iris",
     owner: bool = False,
     compile_only: bool = False,
+    accuracy_splits: int = 0,
 ) -> dict:
     """One configuration on a bundled data set (the first ``d`` features when given; ``n`` None:
-    the whole training set; ``owner``: the thermo family with the owner's bits and distance)."""
+    the whole training set; ``owner``: the thermo family with the owner's bits and distance;
+    ``accuracy_splits``: also the clear reference's mean accuracy over that many splits, each
+    model built from its training split only, beside float k-NN's)."""
     config = config or default_config(algorithm)
     train, test = load_bundled(dataset).split()
     columns = slice(None) if d is None else slice(0, d)
@@ -113,11 +121,18 @@ def bench_one(
     model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
     bits = model.plan.bits
+    accuracy: dict[str, float | str] = {"accuracy": "", "float_knn": ""}
+    if accuracy_splits and d is None:
+        ours, floats = settings_accuracy(dataset, settings, accuracy_splits)
+        accuracy = {"accuracy": round(ours, 4), "float_knn": round(floats, 4)}
 
     circuit, compile_seconds = _timed(compile_plan, model.plan, config, compile_only)
     statistics = circuit_statistics(circuit)
     if compile_only:
-        return _compiled_row(model, config, statistics, compile_seconds, dataset, n, k, algorithm)
+        return {
+            **_compiled_row(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
+            **accuracy,
+        }
     client = KnnClient(circuit.server.client_specs.serialize())
     _, keygen_seconds = _timed(client.generate_keys)
     key_bytes = client.evaluation_keys_bytes()
@@ -145,6 +160,7 @@ def bench_one(
     steady = latencies[1:] or latencies
     return {
         **_compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
+        **accuracy,
         "keygen_s": round(keygen_seconds, 2),
         "eval_key_bytes_compressed": len(key_bytes),
         "query_bytes": len(ciphertext),
@@ -157,6 +173,7 @@ def bench_one(
         "server_p90_s": round(float(np.percentile(steady, 90)), 3),
         "clear_median_s": round(float(np.median(clear_times)), 6),
         "queries": len(levels),
+        "load_average": round(os.getloadavg()[0], 2),  # latencies mean little under a heavy load
         "encrypted_equals_clear": answers == classify_clear(model.plan, levels).tolist(),
     }
 
@@ -176,6 +193,7 @@ def _compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, 
         "strategy": config.parameter_selection_strategy,
         "pbs_count": statistics["pbs_count"],
         "cost_model_pbs": predicted_pbs(model.plan),
+        "pbs_per_point": round(statistics["pbs_count"] / model.plan.n, 2),
         "complexity": f"{statistics['complexity']:.3g}",
         "compile_s": round(compile_seconds, 2),
         "eval_key_bytes_raw": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
@@ -245,6 +263,7 @@ def run_bench(
     owner: bool = False,
     fast_max_n: int | None = None,
     compile_only: bool = False,
+    accuracy_splits: int = 0,
 ) -> int:
     """The families side by side; the paper's circuit only up to ``paper_max_n`` (its cost grows
     with n^2: about 55 s per query at n = 40 here, so n = 80 and 160 would take hours), the fast
@@ -266,6 +285,7 @@ def run_bench(
                         dataset=dataset,
                         owner=owner,
                         compile_only=compile_only,
+                        accuracy_splits=accuracy_splits,
                     )
                 )
                 tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
@@ -273,9 +293,39 @@ def run_bench(
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    out.with_suffix(".md").write_text(markdown_table(rows) + "\n" + cost_model_table(rows))
+    tables = markdown_table(rows) + "\n" + cost_model_table(rows) + "\n" + targets_table(rows)
+    out.with_suffix(".md").write_text(tables)
+    print(tables)
     print(f"wrote {len(rows)} rows to {out} and {out.with_suffix('.md')}")
     return 0 if all(r["encrypted_equals_clear"] in (True, "") for r in rows) else 1
+
+
+#: Issue 34's latency targets per query on 2 cores, at plain k-NN accuracy (seconds).
+TARGETS = {"iris": 1.0, "breast_cancer": 15.0, "digits": 60.0}
+
+
+def targets_table(rows: list[dict]) -> str:
+    """Per measured row with a target: met or missed, and what meeting it would take at this run's
+    seconds per PBS (the PBS budget, and that budget per kept point)."""
+    lines = [
+        "| data set | n kept | target | median (load average) | accuracy - float | status "
+        "| PBS budget at this run's s/PBS | budget per point (now) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        target = TARGETS.get(row["dataset"])
+        if target is None or row["server_median_s"] == "":
+            continue
+        per_pbs = row["server_median_s"] / row["pbs_count"]
+        budget = target / per_pbs
+        gap = "" if row["accuracy"] == "" else f"{100 * (row['accuracy'] - row['float_knn']):+.1f}"
+        status = "met" if row["server_median_s"] <= target else "**missed**"
+        lines.append(
+            f"| {row['dataset']} | {row['n_kept']} | {target:g} s "
+            f"| {row['server_median_s']} s ({row['load_average']}) | {gap} | {status} "
+            f"| {budget:,.0f} | {budget / row['n_kept']:.2f} ({row['pbs_per_point']}) |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -317,6 +367,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compile and report PBS, concrete's complexity, key and ciphertext sizes (no keys, no latency)",
     )
     parser.add_argument("--paper-max-n", type=int, default=40, help="largest n for the paper's circuit")
+    parser.add_argument(
+        "--accuracy-splits",
+        type=int,
+        default=0,
+        help="also the mean accuracy over this many stratified splits beside float k-NN (0: not measured)",
+    )
     parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
     parser.add_argument(
         "--out",
@@ -360,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
         args.owner_settings,
         args.fast_max_n,
         args.compile_only,
+        args.accuracy_splits,
     )
 
 
