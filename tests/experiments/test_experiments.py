@@ -179,5 +179,6 @@ def test_knn_bench_compile_only_makes_no_keys_and_reports_the_cost_model(tmp_pat
     assert float(row.complexity) > 0
     assert pd.isna(row.server_median_s) and pd.isna(row.keygen_s)
     table = out.with_suffix(".md").read_text()
-    assert "| thermo | iris | 10 |" in table
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    assert any(row[:3] == ["thermo", "iris", "10"] for row in cells)  # the row, however padded
     assert "server_median_s" not in table and "complexity" in table  # no empty latency columns
