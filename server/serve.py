@@ -21,7 +21,8 @@ from petlab.server.flags import add_serve_arguments, serve_options
 
 log = logging.getLogger("petlab.server")
 
-EXIT_MARGIN_SECONDS = 5.0
+EXIT_MARGIN_SECONDS = 5.0  # the promise: gone within --grace + this after SIGTERM or SIGINT
+FORCE_MARGIN_SECONDS = 4.0  # when the process ends itself: a second before the promise runs out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             return
         stopping.set()
         log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-        exit_deadline(args.grace + EXIT_MARGIN_SECONDS)
+        exit_deadline(args.grace + FORCE_MARGIN_SECONDS)
 
         def drain() -> None:
             running.stop(args.grace)

@@ -17,12 +17,20 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-from petlab.experiments.liveness_peers import PROBE_SECONDS, RawStream, RawWatch, ServerProcess, attack
+from petlab.experiments.liveness_peers import (
+    PROBE_SECONDS,
+    RawStream,
+    RawWatch,
+    attack,
+    flip,
+    liveness_server,
+)
 from petlab.plaindata import acs_sample_path
 from petlab.server.app import STOP_MARGIN_SECONDS
 from petlab.server.common.health import NOT_SERVING, SERVING
 
 SEND_SECONDS = 1.0
+GRACE = 2.0
 REFLECTION_PATH = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 
 
@@ -43,14 +51,14 @@ def test_hostile_watchers_while_health_flips_then_sigterm_stops_the_process(tmp_
     """Zero-window, non-reading and leaving watchers while health flips 60 times (the owner's
     SIGUSR1): ``Check`` and ``ListModels`` answer within their deadline throughout, the hostile
     watchers are dropped, and SIGTERM ends the process within grace + 5 s."""
-    server = ServerProcess(tmp_path / "server", grace=2.0)
+    server = liveness_server(tmp_path / "server", grace=GRACE)
     try:
-        result = attack(server.address, server.flip, flips=60, zero_window=1, non_readers=1, leavers=2)
+        result = attack(server.address, flip(server), flips=60, zero_window=1, non_readers=1, leavers=2)
         assert not result.hung, result.failures
         assert result.calls >= 20, result
         assert result.dropped >= 1, "a hostile watcher was never dropped"
-        exited = server.terminate(margin=5.0)
-        assert exited is not None, f"still running {server.grace + 5} s after SIGTERM"
+        exited = server.terminate(GRACE + 5.0)
+        assert exited is not None, "still running grace + 5 s after SIGTERM"
     finally:
         server.kill()
 
