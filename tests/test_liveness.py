@@ -30,14 +30,16 @@ from petlab.server.app import STOP_MARGIN_SECONDS
 from petlab.server.common.health import NOT_SERVING, SERVING
 
 SEND_SECONDS = 1.0
+NO_RESCUE_SECONDS = 60.0  # a send deadline that frees no stuck watcher while a test runs
 GRACE = 2.0
 REFLECTION_PATH = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 
 
-def controller_only(serve, tmp_path, **options):
-    """An in-process server with the controller only (no circuit) and a short send deadline."""
+def controller_only(serve, tmp_path, send_seconds: float = SEND_SECONDS, **options):
+    """An in-process server with the controller only (no circuit), a short send deadline unless
+    ``send_seconds``."""
     return serve(
-        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, send_seconds=SEND_SECONDS, **options
+        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, send_seconds=send_seconds, **options
     )
 
 
@@ -85,8 +87,9 @@ def test_a_watcher_that_takes_nothing_is_dropped_within_the_send_deadline(serve,
 
 def test_a_health_flip_never_waits_on_a_watcher(serve, tmp_path):
     """Each flip (the maintenance toggle and the cluster's, through the same ``HealthControl``)
-    returns at once while zero-window and non-reading watchers are open, and ``Check`` sees it."""
-    with controller_only(serve, tmp_path) as running:
+    returns at once while zero-window and non-reading watchers are open, and ``Check`` sees it. No
+    send deadline frees the stuck watchers meanwhile: the flips themselves must not wait."""
+    with controller_only(serve, tmp_path, NO_RESCUE_SECONDS) as running:
         control = running.health_control
         assert control is not None
         peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7, 0, 7)]
@@ -107,8 +110,9 @@ def test_a_health_flip_never_waits_on_a_watcher(serve, tmp_path):
 
 
 def test_stop_returns_within_grace_whatever_the_watchers_do(serve, tmp_path):
-    """``RunningServer.stop(grace)`` returns within grace + the margin with stuck watchers open."""
-    with controller_only(serve, tmp_path) as running:
+    """``RunningServer.stop(grace)`` returns within grace + the margin with stuck watchers open
+    (which no send deadline frees meanwhile)."""
+    with controller_only(serve, tmp_path, NO_RESCUE_SECONDS) as running:
         peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7)]
         try:
             time.sleep(0.3)

@@ -1,28 +1,35 @@
 """Response streams (health ``Watch``, reflection's ``ServerReflectionInfo``) cannot hold the
-server (issue 23).
+server (issues 23 and 29).
 
 Measured before this module (a CLI server, 8 pool threads): 8 idle ``grpc.health.v1.Health/Watch``
 streams, or 8 idle reflection streams, each from its own connection and with no credentials, held
 every thread of the pool; ``ListModels``, the controller's ``Describe`` and health ``Check`` then
-timed out until the streams were cancelled. :class:`StreamGuard` bounds every method whose responses
-stream:
+timed out until the streams were cancelled. :class:`StreamGuard` wraps every method whose responses
+stream and guarantees:
 
-* **a budget** of ``slots`` streams open at once, shared between callers (issue 29): when every
-  slot is taken, a caller that holds at least two streams fewer than the caller holding the most
-  gets a slot, and that caller's oldest stream is cancelled; any other caller is answered at once
-  with RESOURCE_EXHAUSTED and the ``retry-after-s`` hint. Callers are counted as evaluations count
-  them (``server.common.fair_share.caller_key``: a client certificate, else the remote address, else
-  on loopback the connection; health needs no token, so tokens do not name stream callers). A slot
-  is returned when the call ends, however it ends (``context.add_callback``), or when the guard
-  cancels it;
-* **threads of their own**: a stream whose behaviour blocks (reflection waits in its thread for the
-  next request) runs on the guard's pool of ``slots + SPARE_THREADS`` threads
-  (grpc's ``experimental_thread_pool``), never on the server's pool, so no stream takes a thread
-  from the controller or the k-NN calls; a non-blocking stream (health ``Watch``, kept non-blocking
-  by ``server.common.handlers``) holds no thread at all, only its slot;
-* **time limits**: every stream is cancelled ``lifetime_seconds`` after it opened (a health client
-  watches again), and a stream that also reads requests (reflection) when no request has come for
-  ``idle_seconds``. One watcher thread serves every stream.
+* **a budget**: at most ``slots`` (``--stream-slots``, 8) streams are open at once, shared between
+  callers (issue 29): when every slot is taken, a caller that holds at least two streams fewer
+  than the caller holding the most gets a slot, and that caller's oldest stream is cancelled; any
+  other caller is answered at once with RESOURCE_EXHAUSTED and the ``retry-after-s`` hint. Callers
+  are counted as evaluations count them (``server.common.fair_share.caller_key``: a client
+  certificate, else the remote address, else on loopback the connection; health needs no token,
+  so tokens do not name stream callers). A slot is returned when the call ends, however it ends
+  (``context.add_callback``), or when the guard cancels it;
+* **threads of their own, bounded**: every stream whose behaviour blocks runs on the guard's pool of
+  ``slots + SPARE_THREADS`` threads (grpc's ``experimental_thread_pool``), never on the server's
+  pool, so streams never take a thread from the controller or the k-NN calls. Both streams the
+  server has block: petlab's health ``Watch`` (``server.common.health``) waits in its thread for
+  the next status change and sends from it, and reflection waits in its thread for the next
+  request; so each open stream holds one guard thread for as long as it is open, and all streams
+  together at most ``slots`` of them (the spare threads answer refusals). A non-blocking behaviour
+  (``experimental_non_blocking``; none is served today) would hold its slot only;
+* **time limits**: every stream is cancelled ``lifetime_seconds`` (``--stream-seconds``, 600 s)
+  after it opened (a health client watches again), and a stream that also reads requests
+  (reflection) when no request has come for ``idle_seconds`` (60 s). One watcher thread serves
+  every stream and cancels outside its lock.
+
+A stream whose peer does not take what is sent is not this module's: ``server.common.send_deadline``
+cancels it ``--send-seconds`` after the send began, which returns its slot and its thread.
 
 Limits: one caller can no longer keep another's streams out; a caller that opens streams from
 many connections on loopback (or from many addresses) counts as many callers, and may cancel others'
@@ -124,9 +131,9 @@ class StreamGuard(grpc.ServerInterceptor):
             if not non_blocking:  # runs as long as the stream: make room first
                 _cancel(victim)
                 return behavior(request, context, *callback)
-            try:  # grpc's health servicer sends a watcher's first status holding its lock, and a
-                # stream that closes meanwhile blocks grpc's event loop on that lock (issue 29):
-                # the victim goes once this stream's first answer is out
+            try:  # a non-blocking behaviour returns once its first answer is handed over (grpc's
+                # health servicer sent it holding a lock that a closing stream's callback waits
+                # for on grpc's event thread, issue 29): the victim goes after that
                 return behavior(request, context, *callback)
             finally:
                 _cancel(victim)
