@@ -74,6 +74,11 @@ EXPERIMENTS = (
         "petlab.experiments.server_design",
     ),
     Subcommand(
+        "liveness-stress",
+        "hostile health watchers against fresh petlab-server processes, N times: hangs and failures",
+        "petlab.experiments.liveness_stress",
+    ),
+    Subcommand(
         "controller-caution",
         "the controller on a benign workload (ACRO's examples, client/examples): share released vs acro",
         "petlab.experiments.controller_caution",

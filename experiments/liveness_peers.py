@@ -18,16 +18,13 @@ with a timeout. Loopback only.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,13 +35,12 @@ import h2.events
 import h2.settings
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from petlab.experiments.server_process import ServerProcess
 from petlab.plaindata import acs_sample_path
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
-SERVER = Path(sys.executable).with_name("petlab-server")
 WATCH_PATH = "/grpc.health.v1.Health/Watch"
 PROBE_SECONDS = 5.0  # a probe call's deadline: a server that does not answer within it is stuck
-START_SECONDS = 240.0
 
 
 class RawStream:
@@ -144,6 +140,7 @@ class Probe:
     calls: int = 0
     dropped: int = 0  # hostile watchers the server cancelled (each came back)
     failures: list[str] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # what each Check answered, in order
 
     @property
     def hung(self) -> bool:
@@ -171,7 +168,9 @@ def probe(address: str, stop: threading.Event, result: Probe) -> None:
             ):
                 began = time.monotonic()
                 try:
-                    call()
+                    answer = call()
+                    if name == "Check":
+                        result.statuses.append(answer.status)
                 except grpc.RpcError as exc:
                     result.failures.append(
                         f"{name}: {exc.code().name} after {time.monotonic() - began:.1f} s"
@@ -236,46 +235,14 @@ def attack(
     return result
 
 
-class ServerProcess:
-    """One ``petlab-server serve`` on a free loopback port: the controller on the bundled ACS sample
-    (no circuit to compile) unless ``arguments`` name models, with ``--grace``."""
+def liveness_server(work: Path, grace: float = 2.0, arguments: Sequence[str] = ()) -> ServerProcess:
+    """``petlab-server serve`` with ``--grace`` and a 2 s send deadline: the controller on the
+    bundled ACS sample (no circuit to compile) unless ``arguments`` name models."""
+    flags = ["--grace", str(grace), "--send-seconds", "2"]
+    flags += list(arguments) or ["--analysis-data", str(acs_sample_path()), "--open-analysis"]
+    return ServerProcess(work, flags)
 
-    def __init__(self, work: Path, grace: float = 2.0, arguments: tuple[str, ...] = ()):
-        work.mkdir(parents=True, exist_ok=True)
-        port_file = work / "port"
-        port_file.unlink(missing_ok=True)
-        self.log = work / "server.log"
-        self.grace = grace
-        command = [str(SERVER), "serve", "--port", "0", "--port-file", str(port_file)]
-        command += ["--data-dir", str(work / "data"), "--grace", str(grace), "--send-seconds", "2"]
-        command += list(arguments) or ["--analysis-data", str(acs_sample_path()), "--open-analysis"]
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_SECONDS
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"petlab-server did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
 
-    def flip(self) -> None:
-        """The owner's maintenance toggle (SIGUSR1): health flips."""
-        os.kill(self.process.pid, signal.SIGUSR1)
-
-    def terminate(self, margin: float = 5.0) -> float | None:
-        """SIGTERM; the seconds until the process exited, None if it had not within grace + margin
-        (it is then killed)."""
-        began = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(self.grace + margin)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-        return time.monotonic() - began
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(30)
+def flip(server: ServerProcess) -> Callable[[], None]:
+    """The owner's maintenance toggle (SIGUSR1) of ``server``: health flips."""
+    return lambda: server.signal(signal.SIGUSR1)

@@ -29,9 +29,7 @@ import asyncio
 import csv
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,9 +41,9 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from petlab.experiments.server_process import SERVER, ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
-SERVER = Path(sys.executable).with_name("petlab-server")
 MODEL_FLAGS = ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
 LEVELS = (0, 50, 200, 600, 1000)
 STREAMS_PER_CONNECTION = 500
@@ -70,45 +68,12 @@ def designs(max_streams: int) -> list[Design]:
     ]
 
 
-class Process:
-    """One server process on a free loopback port; :meth:`kill` always ends it."""
-
-    def __init__(self, design: Design, directory: Path):
-        port_file, self.log = directory / "port", directory / "server.log"
-        command = [*design.command, "--port", "0", "--port-file", str(port_file)]
-        command += ["--data-dir", str(directory / "data")]
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_BOUND
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"{design.name} did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
-
-    def status(self, field: str) -> int:
-        """A number of ``/proc/PID/status``: ``VmRSS`` (KiB), ``Threads``."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1])
-        raise RuntimeError(f"no {field} in /proc/{self.process.pid}/status")
-
-    def terminate_seconds(self) -> float | None:
-        """SIGTERM, then the seconds until the process exits; None if it had to be killed."""
-        started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_BOUND)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-        return time.monotonic() - started
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(30)
+def process_status(process: ServerProcess, field: str) -> int:
+    """A number of ``/proc/PID/status``: ``VmRSS`` (KiB), ``Threads``."""
+    for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{process.pid}/status")
 
 
 def own_connection(address: str) -> grpc.aio.Channel:
@@ -220,7 +185,7 @@ class Row:
 
 
 async def measure_design(
-    process: Process,
+    process: ServerProcess,
     name: str,
     kind: str,
     levels: tuple[int, ...],
@@ -243,10 +208,10 @@ async def measure_design(
     try:
         await cheap_calls(check, 20, timeout)  # warm both paths before the baseline memory
         await cheap_calls(list_models, 20, timeout)
-        baseline = process.status("VmRSS")
+        baseline = process_status(process, "VmRSS")
         for level in levels:
             held = await streams.grow(level)
-            rss, threads = process.status("VmRSS"), process.status("Threads")
+            rss, threads = process_status(process, "VmRSS"), process_status(process, "Threads")
             checks = await cheap_calls(check, calls, timeout)
             listed = await cheap_calls(list_models, calls, timeout)
             rows.append(
@@ -269,7 +234,7 @@ async def measure_design(
                 )
             )
             print(asdict(rows[-1]), flush=True)
-        seconds = await asyncio.to_thread(process.terminate_seconds)
+        seconds = await asyncio.to_thread(process.stop, STOP_BOUND)
         rows[-1].sigterm_exit_seconds = (
             f"killed after {STOP_BOUND:.0f}" if seconds is None else round(seconds, 2)
         )
@@ -293,7 +258,7 @@ def measure(
         for design in designs(max(levels)):
             directory = work / f"{design.name}-{kind}"
             directory.mkdir(parents=True)
-            process = Process(design, directory)
+            process = ServerProcess(directory, command=design.command, start_seconds=START_BOUND)
             try:
                 measured = measure_design(process, design.name, kind, levels, calls, timeout, per_connection)
                 rows += asyncio.run(measured)

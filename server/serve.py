@@ -1,7 +1,8 @@
 """``petlab-server serve``: the flags (``server.flags``) become ``ServerOptions``; the server is built
 and started (``server.app``) and runs until SIGTERM or SIGINT, then drains in-flight calls for
 ``--grace`` seconds and exits within ``--grace`` + :data:`EXIT_MARGIN_SECONDS` whatever its peers
-do (a thread still busy then, an evaluation say, does not keep the process). SIGUSR1 takes the server
+do (a thread still busy then, an evaluation say, does not keep the process; once drained it ends
+at once, without Python's teardown). SIGUSR1 takes the server
 out of rotation (health NOT_SERVING, calls still answered) and the next SIGUSR1 puts it back: a
 signal only the owner of the process can send."""
 
@@ -14,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from petlab.errors import BadInput
 from petlab.server.app import start
@@ -21,7 +23,8 @@ from petlab.server.flags import add_serve_arguments, serve_options
 
 log = logging.getLogger("petlab.server")
 
-EXIT_MARGIN_SECONDS = 5.0
+EXIT_MARGIN_SECONDS = 5.0  # the promise: gone within --grace + this after SIGTERM or SIGINT
+FORCE_MARGIN_SECONDS = 4.0  # when the process ends itself: a second before the promise runs out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             return
         stopping.set()
         log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-        exit_deadline(args.grace + EXIT_MARGIN_SECONDS)
+        exit_deadline(args.grace + FORCE_MARGIN_SECONDS)
 
         def drain() -> None:
             running.stop(args.grace)
@@ -70,7 +73,19 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGUSR1, toggle_maintenance)
     stopped.wait()
     log.info("stopped")
-    return 0
+    end_process()  # the drain closed everything; the interpreter's own teardown is not waited for
+
+
+def end_process() -> NoReturn:
+    """Flush the log and the standard streams and end the process at once, status 0 (the stop was
+    asked for). Python's own teardown is skipped: measured in ``petlab-experiments liveness-stress``
+    on a loaded 2-core machine, it kept about one stopped server in twenty running for more than
+    5 s after "stopped" (the main thread still busy, the exit timer unable to run)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 def exit_deadline(seconds: float) -> None:
@@ -79,11 +94,7 @@ def exit_deadline(seconds: float) -> None:
 
     def force() -> None:
         log.warning("still running %.0f s after the stop signal: exiting now", seconds)
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(0)
+        end_process()
 
     timer = threading.Timer(seconds, force)
     timer.daemon = True

@@ -7,17 +7,15 @@ is spent, makes that wait last for as long as the connection does. :class:`SendD
 method whose responses stream (health ``Watch``, reflection's ``ServerReflectionInfo``): from the
 moment a response is handed to grpc until grpc asks for the next one (which it does once the send
 completed) the stream is *sending*; a stream still sending ``send_seconds`` later is cancelled
-(``context.cancel()``), which ends the send and frees its thread. One watcher thread serves every
-stream; its lock guards a dict and is never held across a send or a cancel.
+(``context.cancel()``), which ends the send and frees its thread. One thread serves every stream
+(``server.common.late_calls``); its lock guards a dict and is never held across a send or a cancel.
 
 Unary responses are not concerned: grpc starts their send with the status and does not wait for it.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from dataclasses import dataclass
 import grpc
 
 from petlab.server.common.handlers import RESPONSE_STREAMS, Behavior, is_non_blocking, rewrap
+from petlab.server.common.late_calls import LateCalls
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +43,17 @@ class SendDeadline(grpc.ServerInterceptor):
     def __init__(self, send_seconds: float = SEND_SECONDS, clock: Callable[[], float] = time.monotonic):
         if send_seconds <= 0:
             raise ValueError("--send-seconds must be positive")
-        self.send_seconds, self._clock = send_seconds, clock
-        self._sending: dict[int, _Send] = {}
-        self._ids = itertools.count()
-        self._wake = threading.Condition()
-        self._stopped = False
+        self.send_seconds = send_seconds
+        self._sending = LateCalls("petlab-send-deadline", _due, self._cancel, clock)
         self.cancelled = 0  # streams cancelled for a late send (for logs and tests)
-        threading.Thread(target=self._watch, name="petlab-send-deadline", daemon=True).start()
 
     def close(self) -> None:
-        with self._wake:
-            self._stopped = True
-            self._wake.notify()
+        self._sending.close()
 
     def sending(self) -> int:
         """Sends in progress now."""
-        with self._wake:
-            return len(self._sending)
+        with self._sending.lock:
+            return len(self._sending.entries)
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -102,29 +95,16 @@ class SendDeadline(grpc.ServerInterceptor):
                 self._end(send)
 
     def _start(self, method: str, context) -> int:
-        send_id = next(self._ids)
-        with self._wake:
-            self._sending[send_id] = _Send(method, context, self._clock() + self.send_seconds)
-            self._wake.notify()
-        return send_id
+        return self._sending.add(_Send(method, context, self._sending.clock() + self.send_seconds))
 
     def _end(self, send_id: int) -> None:
-        with self._wake:
-            self._sending.pop(send_id, None)
+        self._sending.remove(send_id)
 
-    def _watch(self) -> None:
-        while True:
-            with self._wake:
-                if self._stopped:
-                    return
-                now = self._clock()
-                late = [sid for sid, send in self._sending.items() if send.deadline <= now]
-                stuck = [self._sending.pop(sid) for sid in late]
-                if not stuck:
-                    deadlines = [send.deadline for send in self._sending.values()]
-                    self._wake.wait(timeout=max(min(deadlines) - now, 0.05) if deadlines else None)
-                    continue
-                self.cancelled += len(stuck)
-            for send in stuck:
-                log.info("%s stream cancelled: a send not taken within %g s", send.method, self.send_seconds)
-                send.context.cancel()
+    def _cancel(self, send: _Send) -> None:
+        self.cancelled += 1
+        log.info("%s stream cancelled: a send not taken within %g s", send.method, self.send_seconds)
+        send.context.cancel()
+
+
+def _due(send: _Send) -> float:
+    return send.deadline

@@ -17,7 +17,6 @@ gRPC's Python server runs every call on one fixed pool, and a call cannot pick i
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ import grpc
 
 from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
 from petlab.server.common.handlers import UNARY_RESPONSES, Behavior, rewrap
+from petlab.server.common.late_calls import LateCalls
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +85,10 @@ class CallTimeLimit(grpc.ServerInterceptor):
     ):
         if seconds <= 0:
             raise ValueError("the per-call time limit must be positive")
-        self._seconds, self._clock, self._overrun = seconds, clock, overrun
-        self._running: dict[int, tuple[float, str, grpc.ServicerContext]] = {}
-        self._ids = itertools.count()
-        self._wake = threading.Condition()
-        threading.Thread(target=self._watch, name="petlab-call-time-limit", daemon=True).start()
+        self._seconds, self._overrun = seconds, overrun
+        self._running: LateCalls[tuple[float, str, grpc.ServicerContext]] = LateCalls(
+            "petlab-call-time-limit", _end_of, self._cancel, clock
+        )
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -97,15 +96,10 @@ class CallTimeLimit(grpc.ServerInterceptor):
 
     def start(self, method: str, context: grpc.ServicerContext) -> int:
         """The call's clock starts: it is cancelled ``seconds`` from now unless :meth:`finish`."""
-        call = next(self._ids)
-        with self._wake:
-            self._running[call] = (self._clock() + self._seconds, method, context)
-            self._wake.notify()
-        return call
+        return self._running.add((self._running.clock() + self._seconds, method, context))
 
     def finish(self, call: int) -> None:
-        with self._wake:
-            self._running.pop(call, None)
+        self._running.remove(call)
 
     def _limited(self, behavior: Behavior, method: str) -> Behavior:
         def limited(request, context):
@@ -117,16 +111,11 @@ class CallTimeLimit(grpc.ServerInterceptor):
 
         return limited
 
-    def _watch(self) -> None:
-        while True:
-            with self._wake:
-                now = self._clock()
-                late = [call for call, (end, _, _) in self._running.items() if end <= now]
-                expired = [self._running.pop(call) for call in late]
-                if not expired:
-                    ends = [end for end, _, _ in self._running.values()]
-                    self._wake.wait(timeout=min(ends) - now if ends else None)
-                    continue
-            for _, method, context in expired:
-                log.warning("%s %s: cancelled", method, self._overrun.format(seconds=self._seconds))
-                context.cancel()
+    def _cancel(self, call: tuple[float, str, grpc.ServicerContext]) -> None:
+        _, method, context = call
+        log.warning("%s %s: cancelled", method, self._overrun.format(seconds=self._seconds))
+        context.cancel()
+
+
+def _end_of(call: tuple[float, str, grpc.ServicerContext]) -> float:
+    return call[0]

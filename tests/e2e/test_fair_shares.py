@@ -13,8 +13,6 @@ flooder's key id and the device's: anonymous callers share the key store), on lo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -27,9 +25,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from petlab.client.knn_client import KnnRemote, PreparedModel
+from petlab.experiments.server_process import ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
-SERVER = Path(sys.executable).with_name("petlab-server")
 FLOOD_THREADS = 6
 STREAM_SLOTS = 4
 DEVICE_BOUND = 20.0  # seconds for the device's class under the flood (57 s without fair shares)
@@ -37,34 +35,10 @@ DEVICE_BOUND = 20.0  # seconds for the device's class under the flood (57 s with
 pytestmark = pytest.mark.slow
 
 
-class Server:
-    """One ``petlab-server serve`` process on a free loopback port, stopped by :meth:`stop`."""
-
-    def __init__(self, directory: Path):
-        port_file, log = directory / "port", directory / "server.log"
-        command = [str(SERVER), "serve", "--port", "0", "--port-file", str(port_file)]
-        command += ["--data-dir", str(directory / "data"), "--grace", "1"]
-        command += ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast"]
-        command += ["--stream-slots", str(STREAM_SLOTS)]
-        self.log = log
-        with log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 240
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"petlab-server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
+def fair_share_server(directory: Path) -> ServerProcess:
+    """One ``petlab-server serve`` process on a free loopback port, stopped by ``stop``."""
+    flags = ["--grace", "1", "--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast"]
+    return ServerProcess(directory, [*flags, "--stream-slots", str(STREAM_SLOTS)])
 
 
 def own_connection(address: str) -> grpc.Channel:
@@ -73,8 +47,8 @@ def own_connection(address: str) -> grpc.Channel:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    running = Server(tmp_path_factory.mktemp("fair-shares"))
+def server(tmp_path_factory) -> Iterator[ServerProcess]:
+    running = fair_share_server(tmp_path_factory.mktemp("fair-shares"))
     try:
         yield running
     finally:
@@ -121,7 +95,7 @@ def flood(
 
 
 def measure_flood(
-    server: Server, cache: Path, connections: tuple[int, ...] = (1,)
+    server: ServerProcess, cache: Path, connections: tuple[int, ...] = (1,)
 ) -> tuple[float, int, list[tuple[int, float, int, Counter]]]:
     """(one unflooded classification's seconds, its class, and for each number of connections the
     flood runs on: (connections, the device's seconds for its class beside it, that class, the

@@ -17,19 +17,29 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-from petlab.experiments.liveness_peers import PROBE_SECONDS, RawStream, RawWatch, ServerProcess, attack
+from petlab.experiments.liveness_peers import (
+    PROBE_SECONDS,
+    RawStream,
+    RawWatch,
+    attack,
+    flip,
+    liveness_server,
+)
 from petlab.plaindata import acs_sample_path
 from petlab.server.app import STOP_MARGIN_SECONDS
 from petlab.server.common.health import NOT_SERVING, SERVING
 
 SEND_SECONDS = 1.0
+NO_RESCUE_SECONDS = 60.0  # a send deadline that frees no stuck watcher while a test runs
+GRACE = 2.0
 REFLECTION_PATH = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 
 
-def controller_only(serve, tmp_path, **options):
-    """An in-process server with the controller only (no circuit) and a short send deadline."""
+def controller_only(serve, tmp_path, send_seconds: float = SEND_SECONDS, **options):
+    """An in-process server with the controller only (no circuit), a short send deadline unless
+    ``send_seconds``."""
     return serve(
-        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, send_seconds=SEND_SECONDS, **options
+        tmp_path, analysis_data=acs_sample_path(), open_analysis=True, send_seconds=send_seconds, **options
     )
 
 
@@ -43,14 +53,14 @@ def test_hostile_watchers_while_health_flips_then_sigterm_stops_the_process(tmp_
     """Zero-window, non-reading and leaving watchers while health flips 60 times (the owner's
     SIGUSR1): ``Check`` and ``ListModels`` answer within their deadline throughout, the hostile
     watchers are dropped, and SIGTERM ends the process within grace + 5 s."""
-    server = ServerProcess(tmp_path / "server", grace=2.0)
+    server = liveness_server(tmp_path / "server", grace=GRACE)
     try:
-        result = attack(server.address, server.flip, flips=60, zero_window=1, non_readers=1, leavers=2)
+        result = attack(server.address, flip(server), flips=60, zero_window=1, non_readers=1, leavers=2)
         assert not result.hung, result.failures
         assert result.calls >= 20, result
         assert result.dropped >= 1, "a hostile watcher was never dropped"
-        exited = server.terminate(margin=5.0)
-        assert exited is not None, f"still running {server.grace + 5} s after SIGTERM"
+        exited = server.terminate(GRACE + 5.0)
+        assert exited is not None, "still running grace + 5 s after SIGTERM"
     finally:
         server.kill()
 
@@ -77,8 +87,9 @@ def test_a_watcher_that_takes_nothing_is_dropped_within_the_send_deadline(serve,
 
 def test_a_health_flip_never_waits_on_a_watcher(serve, tmp_path):
     """Each flip (the maintenance toggle and the cluster's, through the same ``HealthControl``)
-    returns at once while zero-window and non-reading watchers are open, and ``Check`` sees it."""
-    with controller_only(serve, tmp_path) as running:
+    returns at once while zero-window and non-reading watchers are open, and ``Check`` sees it. No
+    send deadline frees the stuck watchers meanwhile: the flips themselves must not wait."""
+    with controller_only(serve, tmp_path, NO_RESCUE_SECONDS) as running:
         control = running.health_control
         assert control is not None
         peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7, 0, 7)]
@@ -99,8 +110,9 @@ def test_a_health_flip_never_waits_on_a_watcher(serve, tmp_path):
 
 
 def test_stop_returns_within_grace_whatever_the_watchers_do(serve, tmp_path):
-    """``RunningServer.stop(grace)`` returns within grace + the margin with stuck watchers open."""
-    with controller_only(serve, tmp_path) as running:
+    """``RunningServer.stop(grace)`` returns within grace + the margin with stuck watchers open
+    (which no send deadline frees meanwhile)."""
+    with controller_only(serve, tmp_path, NO_RESCUE_SECONDS) as running:
         peers = [RawWatch("127.0.0.1", running.port, window) for window in (0, 7)]
         try:
             time.sleep(0.3)
