@@ -3,11 +3,14 @@ the behaviour itself.
 
 grpc's Python server looks at two attributes of a handler's behaviour: ``experimental_non_blocking``
 (the behaviour takes a third argument, ``send_response_callback``, returns at once and frees its
-thread: the health servicer's ``Watch``) and ``experimental_thread_pool`` (the pool the call runs
-on). A wrapper that drops them turns a non-blocking ``Watch`` into a blocking generator that holds a
-pool thread for as long as the stream stays open: 8 idle ``Watch`` streams froze an 8-thread server
-(issue 23). Every interceptor of the server therefore rebuilds handlers with :func:`rewrap`, whose
-wrappers take ``(request, context, *callback)`` and pass ``*callback`` on.
+thread: grpc's own health servicer's ``Watch``) and ``experimental_thread_pool`` (the pool the call
+runs on). A wrapper that drops them turns a non-blocking behaviour into a blocking generator that
+holds a pool thread for as long as the stream stays open: 8 idle ``Watch`` streams froze an
+8-thread server (issue 23). petlab's own health servicer (``server/common/health.py``) now blocks
+in ``Watch`` on purpose (it sends from its own call, never under a lock: issue 29), so nothing the
+server serves today is non-blocking; :func:`rewrap` still keeps both attributes, so a handler that
+is stays so. Every interceptor of the server rebuilds handlers with :func:`rewrap`, whose wrappers
+take ``(request, context, *callback)`` and pass ``*callback`` on.
 """
 
 from __future__ import annotations

@@ -72,7 +72,16 @@ def test_cheap_calls_answer_while_evaluations_and_uploads_hold_their_slots(
     limits = ServiceLimits(first_chunk_seconds=SECONDS * 3)
     evaluations = limits.evaluation_slots - limits.evaluation_waiting  # the rest wait for a share
     hosted = {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
-    controller = {"analysis_data": acs_sample_path(), "open_analysis": True, "workers": WORKERS}
+    # --max-concurrent-rpcs above what the held calls and the CLIENTS can have in flight together
+    # (about 30): the server's one global cap refuses a flood by design (RESOURCE_EXHAUSTED at once),
+    # and on a loaded machine (2 test workers on 2 cores) slow answers made 16 clients plus the held
+    # calls reach the default 32 now and then; this test is about the slots and shares below it.
+    controller = {
+        "analysis_data": acs_sample_path(),
+        "open_analysis": True,
+        "workers": WORKERS,
+        "max_concurrent_rpcs": 64,
+    }
     with (
         serve(tmp_path, hosted, limits=limits, **controller) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,

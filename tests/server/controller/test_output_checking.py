@@ -48,7 +48,7 @@ def random_where(rng: np.random.Generator) -> dict:
     return where
 
 
-CASES = 60
+CASES = 30
 
 
 def test_frequency_and_magnitude_decisions_equal_acros(data, acro):
