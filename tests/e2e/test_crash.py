@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,49 +20,26 @@ import pytest
 
 from petlab.client.knn_client import make_channel
 from petlab.crypto.knn.deployment import KnnClient
+from petlab.experiments.server_process import ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
-SERVER = Path(sys.executable).with_name("petlab-server")
 CHUNK = 1 << 20
 
 pytestmark = pytest.mark.slow
 
 
-class Server:
-    """One ``petlab-server serve`` process on a free loopback port."""
+IRIS = ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
 
-    def __init__(self, data_dir: Path, log: Path):
-        port_file = data_dir.parent / "port"
-        port_file.unlink(missing_ok=True)
-        command = [
-            str(SERVER),
-            "serve",
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--data-dir",
-            str(data_dir),
-        ]
-        command += ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
-        with log.open("ab") as output:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 240
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.process.kill()
-                raise AssertionError(f"petlab-server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        self.address = f"127.0.0.1:{port_file.read_text().strip()}"
 
-    def kill9(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-        assert self.process.wait(30) == -signal.SIGKILL
+def start_server(work: Path) -> ServerProcess:
+    """``petlab-server serve`` for Iris (n = 6) in ``work`` (data ``work/data``, log
+    ``work/server.log``, kept across restarts), on a free loopback port."""
+    return ServerProcess(work, IRIS, start_seconds=240)
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(30)
+
+def kill9(server: ServerProcess) -> None:
+    os.kill(server.pid, signal.SIGKILL)
+    assert server.process.wait(30) == -signal.SIGKILL
 
 
 def upload(stub, data: bytes, model: str = "iris", pause: threading.Event | None = None):
@@ -87,8 +62,8 @@ def staging_files(data_dir: Path) -> list[Path]:
 
 
 def test_kill_9_during_upload_and_classification_loses_no_registration(tmp_path):
-    data_dir, log = tmp_path / "data", tmp_path / "server.log"
-    server = Server(data_dir, log)
+    data_dir = tmp_path / "data"
+    server = start_server(tmp_path)
     try:
         with make_channel(server.address) as channel:
             stub = knn_pb2_grpc.KnnServiceStub(channel)
@@ -106,13 +81,13 @@ def test_kill_9_during_upload_and_classification_loses_no_registration(tmp_path)
             while not list(data_dir.glob("keys/.upload-*")):
                 assert time.monotonic() < deadline, "the second upload never reached the disk"
                 time.sleep(0.05)
-            server.kill9()
+            kill9(server)
             pause.set()
             with pytest.raises(grpc.RpcError):
                 half.result(timeout=30)
         assert list(data_dir.glob("keys/.upload-*"))  # the crash did leave a partial file behind
 
-        server = Server(data_dir, log)
+        server = start_server(tmp_path)
         assert not staging_files(data_dir)
         assert sorted(p.stem for p in data_dir.glob("keys/*.bin")) == [completed]
         query = client.encrypt(np.array([1, 2, 3, 4]))
@@ -126,12 +101,12 @@ def test_kill_9_during_upload_and_classification_loses_no_registration(tmp_path)
             running = stub.Classify.future(request, timeout=120)
             time.sleep(min(0.2, seconds / 4))
             in_flight = not running.done()
-            server.kill9()
+            kill9(server)
             with pytest.raises(grpc.RpcError):
                 running.result(timeout=30)
             assert in_flight
 
-        server = Server(data_dir, log)
+        server = start_server(tmp_path)
         assert not staging_files(data_dir)
         with make_channel(server.address) as channel:
             stub = knn_pb2_grpc.KnnServiceStub(channel)
