@@ -75,9 +75,11 @@ def test_network_is_linear_in_n():
 @pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer", "digits"])
 def test_reference_equals_brute_force(name):
     data = load_bundled(name)
+    rows = slice(0, 600)  # digits' 1,797 rows made the owner's point selection 3/4 of this test
     rng = np.random.default_rng(1)
     for n, k in [(40, 3), (12, 5), (7, 7)]:
-        model = build_model(name, data.features, data.labels, KnnSettings(n=n, k=k, algorithm="fast"))
+        settings = KnnSettings(n=n, k=k, algorithm="fast")
+        model = build_model(name, data.features[rows], data.labels[rows], settings)
         plan = model.plan
         held = model.quantizer.transform(data.features[::7])
         queries = np.vstack([held, rng.integers(0, 16, (200, plan.d))])
