@@ -21,6 +21,7 @@ same process works as before, only paying the import when it first needs it;
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from collections.abc import Callable
@@ -43,6 +44,9 @@ class _TorchOnFirstUse(types.ModuleType):
     def __init__(self) -> None:
         super().__init__("torch", "stands in for torch until first use (petlab.deferred_torch)")
         self._real: types.ModuleType | None = None
+        # the real module's spec (found on the path, nothing imported), so that
+        # importlib.util.find_spec("torch"), which reads sys.modules first, still answers
+        self.__spec__ = importlib.util.find_spec("torch")
 
     def _load(self) -> types.ModuleType:
         if self._real is None:

@@ -20,6 +20,8 @@ circuit = fhe.Compiler(lambda x: (x * 3) % 7, {"x": "encrypted"}).compile(range(
 circuit.keygen()
 assert circuit.encrypt_run_decrypt(5) == 1
 stats.ks_2samp(np.arange(10.0), np.arange(10.0) + 0.5)  # scipy looks for torch tensors
+import importlib.util
+assert importlib.util.find_spec("torch").name == "torch"  # libraries that probe for torch
 print("torch loaded:", torch_is_loaded())
 """
 
