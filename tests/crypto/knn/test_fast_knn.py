@@ -199,21 +199,24 @@ def test_wine_simulation_equals_reference(simulate_all):
 def test_iris_real_encryption_equals_reference(
     iris_fast_circuit, iris_fast_model, iris_test_levels, tmp_path
 ):
-    """Four held-out queries encrypted for real, through serialized bytes only."""
+    """Two held-out queries of different classes encrypted for real, through serialized bytes
+    only (the simulation tests carry the many-query checks; a real run costs seconds per query)."""
+    expected = classify(iris_fast_model.plan, iris_test_levels)
+    chosen = [int(np.flatnonzero(expected == c)[0]) for c in np.unique(expected)[-2:]]
     save_server(iris_fast_circuit, tmp_path / "server.zip")
     server = load_server(tmp_path / "server.zip")
     try:
         client = KnnClient(client_specs_bytes(server))
         client.generate_keys()
         evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-        queries = iris_test_levels[:4]
+        queries = iris_test_levels[chosen]
         answers = [
             client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
             for q in queries
         ]
     finally:
         server.cleanup()
-    assert answers == classify(iris_fast_model.plan, queries).tolist()
+    assert len(set(answers)) == 2 and answers == expected[chosen].tolist()
 
 
 def test_server_algorithm_flag_and_environment(monkeypatch):

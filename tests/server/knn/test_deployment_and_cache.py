@@ -21,6 +21,7 @@ from petlab.crypto.knn.deployment import (
 )
 from petlab.crypto.knn.families import build_plan
 from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo.encoding import thermometer
 from petlab.server.knn.cache_integrity import UnsafeCache
 from petlab.server.knn.datasets import load_bundled
 
@@ -63,7 +64,7 @@ def test_garbage_bytes_are_value_errors(tiny_compiled):
 
 
 @pytest.mark.slow
-def test_query_of_another_shape_is_rejected(tiny_compiled, tiny_keys, hosted_model):
+def test_query_of_another_shape_is_rejected(tiny_compiled, tiny_keys, keyed_model):
     """A query encrypted for another model (13 features, not 4) does not fit. A query of the same
     shape under another client's keys cannot be told apart (ciphertexts look random); the network
     layer binds each query to a registered key id and its model instead."""
@@ -72,10 +73,8 @@ def test_query_of_another_shape_is_rejected(tiny_compiled, tiny_keys, hosted_mod
     own = run_encrypted(compiled.server, keys, parse_ciphertext(tiny_client.encrypt(np.zeros(4))))
     assert tiny_client.decrypt_class(own) in (0, 1, 2)
 
-    wine = hosted_model("wine", KnnSettings(n=6, k=3, algorithm="fast"))  # shared with test_grpc
-    other = KnnClient(client_specs_bytes(wine.server))
-    other.generate_keys(secret_seed=3, encryption_seed=4)
-    foreign = parse_ciphertext(other.encrypt(np.zeros(13, dtype=np.int64)))
+    _, other = keyed_model("wine", KnnSettings(n=6))  # keys shared with test_foreign_keys
+    foreign = parse_ciphertext(other.encrypt(thermometer(np.zeros(13, dtype=np.int64), 4)))
     with pytest.raises(ValueError, match="does not fit"):
         run_encrypted(compiled.server, keys, foreign)
 

@@ -288,12 +288,12 @@ def test_one_query_runs_on_both_workers_and_equals_reference(serve, local_cluste
         before = {w: i["stages"] for w, i in client.run(worker_cache_info).items()}
         single = remote.classify(prepared, rows[0])
         after = {w: i["stages"] for w, i in client.run(worker_cache_info).items()}
-        batch = remote.classify_batch(prepared, rows[1:3])
+        # (a batch on the cluster: the hostile-callers test below answers one)
         assert running.cluster.key_scatters == 1  # broadcast once to every worker
     model = hosted.model
     assert model.algorithm == "thermo"  # the default family, split
     expected = whole_reference(model.plan, model.quantizer.transform(rows[:4])).tolist()
-    assert [single, *batch] == expected[:3]
+    assert single == expected[0]
     ran = {worker: after[worker] - before.get(worker, 0) for worker in after}
     assert sum(ran.values()) == len(hosted.graph.nodes)  # 2 partitions, 1 merge, finish
     assert all(count >= 1 for count in ran.values()), ran  # a partition on each worker
@@ -547,11 +547,11 @@ def test_hostile_calls_to_a_split_model_are_refused_and_genuine_ones_answered(
         rows = model.quantizer.transform(load_bundled("iris").split()[1].features)
         expected = whole_reference(model.plan, rows)
         chosen = [int(np.flatnonzero(expected == c)[0]) for c in np.unique(expected)]
-        answers = [
+        answers = [  # one single query, then every chosen class in one batch
             own.decrypt_class(
                 stub.Classify(query(own.encrypt(thermometer(rows[i], 4))), timeout=300).encrypted_class
             )
-            for i in chosen
+            for i in chosen[:1]
         ]
         batch = knn_pb2.ClassifyBatchRequest(
             model="iris",
@@ -559,7 +559,7 @@ def test_hostile_calls_to_a_split_model_are_refused_and_genuine_ones_answered(
             encrypted_queries=[own.encrypt(thermometer(rows[i], 4)) for i in chosen],
         )
         answers += [own.decrypt_class(a) for a in stub.ClassifyBatch(batch, timeout=300).encrypted_classes]
-        assert answers == 2 * expected[chosen].tolist() and len(chosen) >= 2
+        assert answers == [*expected[chosen[:1]].tolist(), *expected[chosen].tolist()] and len(chosen) >= 2
         assert stub.ListModels(knn_pb2.ListModelsRequest(), timeout=30).models
 
 
