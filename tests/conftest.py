@@ -212,6 +212,49 @@ def simulate_all():
     return _simulate_all
 
 
+# ---------------------------------------------------------------------------------- held-out rows
+
+
+@pytest.fixture
+def kept_points(monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The points the owner keeps, ``(training rows, labels)``, of every model the evaluation
+    pipeline (``experiments.knn_accuracy``) builds from now on, in the order it builds them."""
+    from petlab.experiments import knn_accuracy
+
+    kept: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def recording_build_model(*args, **kwargs) -> KnnModel:
+        model = build_model(*args, **kwargs)
+        kept.append((model.plan.train.copy(), model.plan.labels.copy()))
+        return model
+
+    monkeypatch.setattr(knn_accuracy, "build_model", recording_build_model)
+    return kept
+
+
+@pytest.fixture
+def replace_held_out_rows(monkeypatch) -> Callable[..., None]:
+    """``replace_held_out_rows(features=...)``: from then on ``Dataset.split`` returns the same
+    training part and every held-out row replaced: each label moved to the next class and, with
+    ``features``, the features drawn uniformly within the held-out rows' range (seeded)."""
+    original_split = Dataset.split
+
+    def replace(*, features: bool) -> None:
+        def split_with_other_test_rows(self, test_fraction=0.2, seed=0):
+            train, test = original_split(self, test_fraction, seed)
+            other = test.features
+            if features:
+                rng = np.random.default_rng(1)
+                low, high = test.features.min(axis=0), test.features.max(axis=0)
+                other = rng.uniform(low, high, size=test.features.shape)
+            labels = (test.labels + 1) % (int(self.labels.max()) + 1)
+            return train, Dataset(test.name, other, labels, test.class_names, test.feature_names)
+
+        monkeypatch.setattr(Dataset, "split", split_with_other_test_rows)
+
+    return replace
+
+
 # ---------------------------------------------------------------------------------- Dask
 
 
