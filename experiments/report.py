@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.plaindata.onthemap.statement import NEIGHBOURS, NOT_COVERED, PUBLIC
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
@@ -114,7 +115,7 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{v:.{digits}g}")
-    return shown.astype(str).to_markdown(index=False, disable_numparse=True)
+    return markdown.frame_table(shown)
 
 
 EVALUATION_NOTICE = (
