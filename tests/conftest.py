@@ -40,7 +40,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def concrete_runtime() -> None:
     """concrete's runtime installs a SIGPIPE handler the first time it runs anything (a simulation
     included), and the test process then died by SIGSEGV when a LocalCluster's TLS connection
-    closed under a write (``tests/test_split_knn.py`` on its own, found by the red team). Started
+    closed under a write (``tests/server/knn/test_split_knn.py`` on its own, found by the red team). Started
     here, as the server and every Dask worker start it (``deployment.start_concrete_runtime``)."""
     start_concrete_runtime()
 

@@ -69,8 +69,8 @@ def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model,
     plus 17 s of key generation). Opt-in (``PETLAB_PAPER_SCALE=1``, which also runs n = 10 below)
     to keep ``make test`` within its 10 minutes on 2 cores; ``make test`` simulates the paper
     circuit at n = 40 (above) and small n, runs the thermo and fast circuits for real
-    (``tests/test_thermo_knn.py``, ``tests/test_fast_knn.py``), and ``petlab-experiments knn-bench
-    --algorithm paper --n 40`` checks every encrypted answer against the clear one."""
+    (``tests/crypto/knn/test_thermo_knn.py``, ``tests/crypto/knn/test_fast_knn.py``), and ``petlab-experiments
+    knn-bench --algorithm paper --n 40`` checks every encrypted answer against the clear one."""
     queries = iris_test_levels[5:6]
     assert encrypted_answers(iris_circuit, queries, tmp_path) == classify(iris_model.plan, queries).tolist()
 

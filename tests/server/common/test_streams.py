@@ -1,6 +1,6 @@
 """No response stream can hold the server (issue 23, ``server.common.streams``): a fail-fast budget,
 time limits, and interceptors that keep grpc's non-blocking attribute. The load test
-(``tests/test_load.py``) holds the server with idle streams from many connections; here, the
+(``tests/server/common/test_load.py``) holds the server with idle streams from many connections; here, the
 budget and the limits themselves, on a controller-only server (no model, no key material)."""
 
 from __future__ import annotations
