@@ -4,9 +4,11 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import capnp
 import numpy as np
@@ -50,31 +52,23 @@ def iris_split() -> tuple[Dataset, Dataset]:
     return load_bundled("iris").split()
 
 
+def _iris_model(split: tuple[Dataset, Dataset], algorithm: str) -> KnnModel:
+    """``algorithm``'s model of Iris's training split, n = 40, k = 3, 4 bits."""
+    train, _ = split
+    settings = KnnSettings(n=40, k=3, bits=4, algorithm=algorithm)
+    return build_model("iris", train.features, train.labels, settings, train.class_names, train.feature_names)
+
+
 @pytest.fixture(scope="session")
 def iris_model(iris_split) -> KnnModel:
     """The paper's algorithm (Ameur et al.), n = 40, k = 3, 4 bits."""
-    train, _ = iris_split
-    return build_model(
-        "iris",
-        train.features,
-        train.labels,
-        KnnSettings(n=40, k=3, bits=4, algorithm="paper"),
-        train.class_names,
-        train.feature_names,
-    )
+    return _iris_model(iris_split, "paper")
 
 
 @pytest.fixture(scope="session")
 def iris_fast_model(iris_split) -> KnnModel:
     """The fast algorithm, n = 40, k = 3, 4 bits."""
-    train, _ = iris_split
-    return build_model(
-        "iris",
-        train.features,
-        train.labels,
-        KnnSettings(n=40, k=3, bits=4, algorithm="fast"),
-        train.class_names,
-    )
+    return _iris_model(iris_split, "fast")
 
 
 # ---------------------------------------------------------------------------------- servers
@@ -210,6 +204,30 @@ def _simulate_all(circuit, queries, reference=None):
 def simulate_all():
     """``simulate_all(circuit, queries, reference)``: see :func:`_simulate_all`."""
     return _simulate_all
+
+
+class SilentRequests:
+    """Request iterators for client streams that send nothing: each waits for ``release`` (20 s at
+    most) and then ends, so a call made with one holds its stream open, idle, until then."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def __call__(self) -> Iterator[Any]:
+        self.release.wait(20)
+        return
+        yield
+
+
+@pytest.fixture
+def silent_requests() -> Iterator[SilentRequests]:
+    """``call(silent_requests(), ...)``: a stream that sends nothing until the test sets
+    ``silent_requests.release`` (set at the latest when the test ends)."""
+    silent = SilentRequests()
+    try:
+        yield silent
+    finally:
+        silent.release.set()
 
 
 # ---------------------------------------------------------------------------------- held-out rows

@@ -7,15 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from petlab.crypto.knn.deployment import (
-    KnnClient,
-    client_specs_bytes,
-    load_server,
-    parse_ciphertext,
-    parse_evaluation_keys,
-    run_encrypted,
-    save_server,
-)
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.fast.plan import (
@@ -197,22 +188,11 @@ def test_wine_simulation_equals_reference(simulate_all):
 
 @pytest.mark.slow
 def test_iris_real_encryption_equals_reference(
-    iris_fast_circuit, iris_fast_model, iris_test_levels, tmp_path
+    iris_fast_circuit, iris_fast_model, iris_test_levels, tmp_path, encrypted_answers
 ):
     """Four held-out queries encrypted for real, through serialized bytes only."""
-    save_server(iris_fast_circuit, tmp_path / "server.zip")
-    server = load_server(tmp_path / "server.zip")
-    try:
-        client = KnnClient(client_specs_bytes(server))
-        client.generate_keys()
-        evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-        queries = iris_test_levels[:4]
-        answers = [
-            client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
-            for q in queries
-        ]
-    finally:
-        server.cleanup()
+    queries = iris_test_levels[:4]
+    answers = encrypted_answers(iris_fast_circuit, queries, tmp_path)
     assert answers == classify(iris_fast_model.plan, queries).tolist()
 
 
