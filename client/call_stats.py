@@ -5,7 +5,7 @@ Paillier baseline and the experiments all read it).
 (``grpc.intercept_channel``) and, when the call succeeds, appends a :class:`CallStats`: the
 method's name, the seconds from the call to its reply, and the serialized sizes of the request
 message(s) and of the reply. A protobuf message's ``ByteSize()`` is the length of the payload gRPC
-transmits for it (HTTP/2 framing and headers excluded); ``tests/test_experiments.py`` checks it
+transmits for it (HTTP/2 framing and headers excluded); ``tests/experiments/test_experiments.py`` checks it
 against ``SerializeToString()``. A failed call is not recorded (its error is the caller's).
 """
 

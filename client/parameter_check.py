@@ -26,7 +26,7 @@ sent) and through concrete (what concrete will generate), and refuses them unles
   with the first ``lweDimension`` coefficients of the secret key the gate names, whatever that
   key's size (``getEncryptionTransformer``): specs whose input names dimension 1 under the
   2048-coefficient key made the client send each feature under a single key bit, which the server
-  reads by trying both values (found by the red team; ``tests/test_parameter_check.py``); a larger
+  reads by trying both values (found by the red team; ``tests/client/test_parameter_check.py``); a larger
   dimension reads past the key's buffer, when encrypting and when decrypting;
 * **every value is laid out as its key's ciphertexts**: raw and concrete shape alike,
   ``lweDimension + 1`` unsigned 64-bit words per element (3 when seed-compressed). concrete

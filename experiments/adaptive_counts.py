@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from petlab.experiments import markdown
 from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.experiments.synthesis_experiments import commute_points
 from petlab.plaindata.adaptive.hierarchies import Quadtree
@@ -84,17 +85,28 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
         "",
         "Total eps: the release's (eps, 0)-DP, neighbours one worker added or removed (cost objects).",
         "",
-        "| eps | total eps | method | leaves | synthetic / real | EMD depth "
-        + " / ".join(map(str, DEPTHS))
-        + " |",
-        "|---|---|---|---|---|---|",
+        markdown.table(
+            [
+                "eps",
+                "total eps",
+                "method",
+                "leaves",
+                "synthetic / real",
+                "EMD depth " + " / ".join(map(str, DEPTHS)),
+            ],
+            (
+                [
+                    row["eps"],
+                    f"{row['total_eps']:g}",
+                    row["method"],
+                    f"{row['leaves']:,}",
+                    f"{row['synthetic']:,} / {row['real']:,}",
+                    " / ".join(f"{row[f'emd_depth_{d}']:.3f}" for d in DEPTHS),
+                ]
+                for row in rows
+            ),
+        ),
     ]
-    for row in rows:
-        emd_text = " / ".join(f"{row[f'emd_depth_{d}']:.3f}" for d in DEPTHS)
-        lines.append(
-            f"| {row['eps']} | {row['total_eps']:g} | {row['method']} | {row['leaves']:,} | "
-            f"{row['synthetic']:,} / {row['real']:,} | {emd_text} |"
-        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.plaindata import acs_sample_path
 from petlab.server.controller.analyses import AnalysisError, evaluate
 from petlab.server.controller.output_checking import check
@@ -289,6 +290,5 @@ def _write(path: Path, rows: list[dict]) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    frame = pd.DataFrame(rows)
-    path.with_suffix(".md").write_text(frame.to_markdown(index=False) + "\n")
+    path.with_suffix(".md").write_text(markdown.frame_table(pd.DataFrame(rows)) + "\n")
     print(f"written to {path}")

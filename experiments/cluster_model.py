@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from petlab.experiments import markdown
+
 NATIONAL_QUERIES_PER_MINUTE = 1000
 NATIONAL_JOBS = 130_000_000
 NATIONAL_BLOCKS = 8_000_000
@@ -37,21 +39,28 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
 def knn_section(rows: list[dict], cores: int) -> list[str]:
     if not rows:
         return []
-    lines = [
-        "## Encrypted k-NN: in-process vs LocalCluster",
-        "",
-        "| n | configuration | workers | clients | queries | throughput (q/s) | p50 (s) | p99 (s) "
-        "| CPU s / query | efficiency | correct |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
     for row in rows:
         bound = cores / row["cpu_s_per_query"] if row["cpu_s_per_query"] > 0 else float("nan")
         row["efficiency"] = row["throughput_qps"] / bound
-        lines.append(
-            f"| {row['n']} | {row['config']} | {row['workers']} | {row['clients']} | {row['queries']} "
-            f"| {row['throughput_qps']:.3f} | {row['p50_s']:.2f} | {row['p99_s']:.2f} "
-            f"| {row['cpu_s_per_query']:.2f} | {row['efficiency']:.2f} | {row['correct']} |"
-        )
+    header = ["n", "configuration", "workers", "clients", "queries", "throughput (q/s)", "p50 (s)", "p99 (s)"]
+    header += ["CPU s / query", "efficiency", "correct"]
+    cells = [
+        [
+            row["n"],
+            row["config"],
+            row["workers"],
+            row["clients"],
+            row["queries"],
+            f"{row['throughput_qps']:.3f}",
+            f"{row['p50_s']:.2f}",
+            f"{row['p99_s']:.2f}",
+            f"{row['cpu_s_per_query']:.2f}",
+            f"{row['efficiency']:.2f}",
+            row["correct"],
+        ]
+        for row in rows
+    ]
+    lines = ["## Encrypted k-NN: in-process vs LocalCluster", "", markdown.table(header, cells)]
     largest = max(row["n"] for row in rows)
     at_largest = {row["config"]: row for row in rows if row["n"] == largest}
     fitted = at_largest["in-process"]
@@ -97,18 +106,20 @@ def knn_section(rows: list[dict], cores: int) -> list[str]:
 def onthemap_section(rows: list[dict]) -> list[str]:
     if not rows:
         return []
-    lines = [
-        "## OnTheMap release: single process vs LocalCluster(2)",
-        "",
-        "| workers (jobs) | O/D pairs | configuration | wall (s) | peak RSS, process tree (MB) | "
-        "peak RSS, largest process (MB) |",
-        "|---|---|---|---|---|---|",
+    header = ["workers (jobs)", "O/D pairs", "configuration", "wall (s)", "peak RSS, process tree (MB)"]
+    header += ["peak RSS, largest process (MB)"]
+    cells = [
+        [
+            f"{row['od_workers']:,}",
+            f"{row['od_pairs']:,}",
+            row["config"],
+            f"{row['wall_s']:.1f}",
+            f"{row['peak_tree_rss_mb']:.0f}",
+            f"{row['peak_max_rss_mb']:.0f}",
+        ]
+        for row in rows
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['od_workers']:,} | {row['od_pairs']:,} | {row['config']} | {row['wall_s']:.1f} "
-            f"| {row['peak_tree_rss_mb']:.0f} | {row['peak_max_rss_mb']:.0f} |"
-        )
+    lines = ["## OnTheMap release: single process vs LocalCluster(2)", "", markdown.table(header, cells)]
     single = sorted((r["od_pairs"], r["wall_s"]) for r in rows if r["workers"] == 0)
     cluster = sorted((r["od_pairs"], r["wall_s"]) for r in rows if r["workers"] == 2)
     if len(single) < 2 or len(cluster) < 2:

@@ -10,7 +10,7 @@ one-analysis session of a researcher, in the order listed, against one global hi
 server runs them; the decision is ``ReleaseHistory.refusal``, with the public domain).
 
 acro's rules alone: ``output_checking.check`` with ``ACRO_PARITY`` on each analysis by itself (its
-decisions equal acro 1.0.2's, ``tests/test_output_checking.py``), with no history.
+decisions equal acro 1.0.2's, ``tests/server/controller/test_output_checking.py``), with no history.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.plaindata import acs_sample_path
 from petlab.server.controller.analyses import AnalysisError, evaluate
 from petlab.server.controller.output_checking import ACRO_PARITY, check
@@ -152,21 +153,23 @@ def run(args: argparse.Namespace) -> int:
     lines = [
         f"Benign workload: {n} analyses (petlab-experiments controller-caution).",
         "",
-        "| released by | analyses | share |",
-        "|---|---:|---:|",
-        f"| acro's rules alone | {acro} | {acro / n:.0%} |",
-        f"| the controller | {ours} | {ours / n:.0%} |",
-        f"| the controller before issue 30 | {old} | {old / n:.0%} |",
+        markdown.table(
+            ["released by", "analyses", "share"],
+            [
+                ["acro's rules alone", acro, f"{acro / n:.0%}"],
+                ["the controller", ours, f"{ours / n:.0%}"],
+                ["the controller before issue 30", old, f"{old / n:.0%}"],
+            ],
+            align=["left", "right", "right"],
+        ),
         "",
-        "| refusal reason (controller) | analyses |",
-        "|---|---:|",
-        *[f"| {kind} | {count} |" for kind, count in sorted(kinds.items())],
-        "",
-        pd.DataFrame(rows).to_markdown(index=False),
-        "",
+        markdown.table(
+            ["refusal reason (controller)", "analyses"], sorted(kinds.items()), align=["left", "right"]
+        ),
     ]
-    markdown = args.out.with_suffix(".md")
-    markdown.write_text("\n".join(lines))
-    print("\n".join(lines[:13]))
-    print(f"written to {args.out} and {markdown}")
+    print("\n".join(lines))
+    lines += ["", markdown.frame_table(pd.DataFrame(rows)), ""]
+    path = args.out.with_suffix(".md")
+    path.write_text("\n".join(lines))
+    print(f"written to {args.out} and {path}")
     return 0

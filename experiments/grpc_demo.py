@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from petlab.experiments import markdown
 from petlab.server.knn.datasets import load_bundled
 
 BIN = Path(sys.executable).parent
@@ -123,20 +124,21 @@ def run_demo(rows: int = 3, data_dir: Path = Path(".petlab-cache/demo-server")) 
             server.wait(timeout=120)
     print()
     print(f"{rows} held-out Iris rows, n = 40 training points, k = 3, 4-bit features")
-    print(
-        f"| {'protocol':<22} | accuracy | latency/query | bytes up/query | bytes down/query | "
-        "rounds | one-off key bytes |"
-    )
-    print(
-        f"|{'-' * 24}|----------|---------------|----------------|------------------|--------|"
-        "-------------------|"
-    )
-    for r in results:
-        print(
-            f"| {r['protocol']:<22} | {r['accuracy']:>8.2f} | {r['latency_s']:>11.3f} s | "
-            f"{r['up_bytes']:>14,.0f} | {r['down_bytes']:>16,.0f} | {r['rounds']:>6} | "
-            f"{r['key_bytes']:>17,} |"
-        )
+    header = ["protocol", "accuracy", "latency/query", "bytes up/query", "bytes down/query", "rounds"]
+    header += ["one-off key bytes"]
+    cells = [
+        [
+            r["protocol"],
+            f"{r['accuracy']:.2f}",
+            f"{r['latency_s']:.3f} s",
+            f"{r['up_bytes']:,.0f}",
+            f"{r['down_bytes']:,.0f}",
+            r["rounds"],
+            f"{r['key_bytes']:,}",
+        ]
+        for r in results
+    ]
+    print(markdown.table(header, cells, align=["left"] + ["right"] * 6))
     print("Paillier leaks n, k, every distance (to the client) and the neighbours' indices (to the server).")
     return 0
 

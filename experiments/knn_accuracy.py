@@ -22,13 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import MinMaxScaler
 from tqdm import tqdm
 
 from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.experiments import markdown
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 
 COLUMNS = ["dataset", "d", "classes", "split", "test_rows", "family", "n", "bits", "accuracy", "float_knn"]
@@ -112,7 +112,7 @@ def summary(rows: list[dict]) -> str:
         thermo = [r["accuracy"] for r in mine if r["family"] == "thermo"]
         cells.append(f"{100 * (np.mean(thermo) - float_mean):+.1f}" if thermo else "")
         table.append(cells)
-    return pd.DataFrame(table, columns=head).to_markdown(index=False, disable_numparse=True) + "\n"
+    return markdown.table(head, table) + "\n"
 
 
 def run_accuracy(n: int, k: int, splits: int, families: tuple[str, ...], out: Path, names=None) -> int:

@@ -44,6 +44,7 @@ from petlab.crypto.knn.families import (
 )
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.thermo import cost
+from petlab.experiments import markdown
 from petlab.experiments.knn_accuracy import settings_accuracy
 from petlab.experiments.machine import cpu_model
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
@@ -225,11 +226,7 @@ def cost_model_table(rows: list[dict]) -> str:
     measured), seconds per PBS at the largest n, and both extrapolated to 10^5 training points
     (the same per-PBS time: concrete's parameters grow slowly with the PBS count, so this is a
     lower bound)."""
-    lines = [
-        "| data set | family | n range | PBS per point | s per PBS at largest n | s at 10^5 (2 cores) "
-        "| PBS at 10^5 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["dataset"], row["algorithm"]), []).append(row)
@@ -241,15 +238,15 @@ def cost_model_table(rows: list[dict]) -> str:
         slope = (high["pbs_count"] - low["pbs_count"]) / (high["n_kept"] - low["n_kept"])
         at_scale = high["pbs_count"] + slope * (100_000 - high["n_kept"])
         if high["server_median_s"] == "":  # --compile-only: no latency
-            timing = "- | -"
+            timing = ["-", "-"]
         else:
             per_pbs = high["server_median_s"] / high["pbs_count"]
-            timing = f"{per_pbs * 1000:.1f} ms | {at_scale * per_pbs:,.0f}"
-        lines.append(
-            f"| {dataset} | {algorithm} | {low['n_kept']}-{high['n_kept']} | {slope:.2f} | {timing} | "
-            f"{at_scale:,.0f} |"
-        )
-    return "\n".join(lines) + "\n"
+            timing = [f"{per_pbs * 1000:.1f} ms", f"{at_scale * per_pbs:,.0f}"]
+        range_kept = f"{low['n_kept']}-{high['n_kept']}"
+        cells.append([dataset, algorithm, range_kept, f"{slope:.2f}", *timing, f"{at_scale:,.0f}"])
+    header = ["data set", "family", "n range", "PBS per point", "s per PBS at largest n"]
+    header += ["s at 10^5 (2 cores)", "PBS at 10^5"]
+    return markdown.table(header, cells) + "\n"
 
 
 def run_bench(
@@ -307,11 +304,7 @@ TARGETS = {"iris": 1.0, "breast_cancer": 15.0, "digits": 60.0}
 def targets_table(rows: list[dict]) -> str:
     """Per measured row with a target: met or missed, and what meeting it would take at this run's
     seconds per PBS (the PBS budget, and that budget per kept point)."""
-    lines = [
-        "| data set | n kept | target | median (load average) | accuracy - float | status "
-        "| PBS budget at this run's s/PBS | budget per point (now) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     for row in rows:
         target = TARGETS.get(row["dataset"])
         if target is None or row["server_median_s"] == "":
@@ -320,12 +313,21 @@ def targets_table(rows: list[dict]) -> str:
         budget = target / per_pbs
         gap = "" if row["accuracy"] == "" else f"{100 * (row['accuracy'] - row['float_knn']):+.1f}"
         status = "met" if row["server_median_s"] <= target else "**missed**"
-        lines.append(
-            f"| {row['dataset']} | {row['n_kept']} | {target:g} s "
-            f"| {row['server_median_s']} s ({row['load_average']}) | {gap} | {status} "
-            f"| {budget:,.0f} | {budget / row['n_kept']:.2f} ({row['pbs_per_point']}) |"
+        cells.append(
+            [
+                row["dataset"],
+                row["n_kept"],
+                f"{target:g} s",
+                f"{row['server_median_s']} s ({row['load_average']})",
+                gap,
+                status,
+                f"{budget:,.0f}",
+                f"{budget / row['n_kept']:.2f} ({row['pbs_per_point']})",
+            ]
         )
-    return "\n".join(lines) + "\n"
+    header = ["data set", "n kept", "target", "median (load average)", "accuracy - float", "status"]
+    header += ["PBS budget at this run's s/PBS", "budget per point (now)"]
+    return markdown.table(header, cells) + "\n"
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -334,7 +336,7 @@ def markdown_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     columns = [c for c in MARKDOWN_COLUMNS if any(r[c] != "" for r in rows)]
-    table = pd.DataFrame(rows, columns=columns).astype(str).to_markdown(index=False, disable_numparse=True)
+    table = markdown.frame_table(pd.DataFrame(rows, columns=columns))
     machine = f"\n{rows[0]['cores']} cores, {rows[0]['cpu']}, concrete-python {rows[0]['concrete_python']}\n"
     return table + "\n" + machine
 

@@ -22,6 +22,7 @@ from concrete import fhe
 from petlab.crypto.knn.families import classify_clear, default_config
 from petlab.crypto.knn.model import build_model
 from petlab.crypto.knn.thermo.circuit import circuit_function, compile_inputset
+from petlab.experiments import markdown
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 
 OPTIONS: dict[str, dict[str, bool]] = {
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", nargs="+", choices=list(OPTIONS), default=list(OPTIONS))
     args = parser.parse_args(argv)
     rows = measure(args.dataset, args.queries, tuple(args.options))
-    print(pd.DataFrame(rows).astype(str).to_markdown(index=False, disable_numparse=True))
+    print(markdown.frame_table(pd.DataFrame(rows)))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Repeat the hostile-watcher attack of ``tests/test_liveness.py`` against fresh ``petlab-server``
+"""Repeat the hostile-watcher attack of ``tests/e2e/test_liveness.py`` against fresh ``petlab-server``
 processes and print the number of hangs (issue 29). Not part of ``make test``:
 
     petlab-experiments liveness-stress --runs 200

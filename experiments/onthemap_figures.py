@@ -44,6 +44,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.plaindata.metrics.commute import commute_miles
 from petlab.plaindata.onthemap.block_grid import BlockGrid
@@ -230,23 +231,29 @@ def _markdown(
         f"{mean_workers:.1f} workers each; the paper's 120 averaged 15), eps = {EPSILON}, delta = {DELTA}. "
         f"Median commute {median:.2f} miles (the paper's CTPP median: 6.23). Figures: figure_1..4.png.",
         "",
-        "| configuration | eps' | min alpha (paper) | mean added per destination (paper) | "
-        "bias all / short (mi) | MAE all / short (mi) | correlation all / short | written share "
-        "(real inside) |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for row in summary:
         paper = PAPER.get(row["configuration"], {})
         paper_alpha, paper_added = paper.get("min_alpha"), paper.get("added")
         min_alpha = f"{row['min_alpha']:.5f}" + (f" ({paper_alpha})" if paper_alpha else "")
         added = f"{row['mean_added_all']:.0f}" + (f" ({paper_added:.0f})" if paper_added else "")
-        lines.append(
-            f"| {row['configuration']} | {row['eps_prime']} | {min_alpha} | {added} | "
-            f"{row['all_bias_miles']:+.2f} / {row['short_bias_miles']:+.2f} | "
-            f"{row['all_mae_miles']:.2f} / {row['short_mae_miles']:.2f} | "
-            f"{row['all_correlation']:.3f} / {row['short_correlation']:.3f} | "
-            f"{100 * row['written_share']:.2f}% ({100 * row['real_inside_share']:.2f}%) |"
+        cells.append(
+            [
+                row["configuration"],
+                row["eps_prime"],
+                min_alpha,
+                added,
+                f"{row['all_bias_miles']:+.2f} / {row['short_bias_miles']:+.2f}",
+                f"{row['all_mae_miles']:.2f} / {row['short_mae_miles']:.2f}",
+                f"{row['all_correlation']:.3f} / {row['short_correlation']:.3f}",
+                f"{100 * row['written_share']:.2f}% ({100 * row['real_inside_share']:.2f}%)",
+            ]
         )
+    header = ["configuration", "eps'", "min alpha (paper)", "mean added per destination (paper)"]
+    header += ["bias all / short (mi)", "MAE all / short (mi)", "correlation all / short"]
+    header += ["written share (real inside)"]
+    lines.append(markdown.table(header, cells))
     lines += [
         "",
         "Added per destination = alpha(d) x blocks in its kept domain + the beyond cell's N(d) / gamma "

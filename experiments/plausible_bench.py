@@ -8,8 +8,8 @@ definition (Pr{y = M(d)} for every seed as one vector, then the partition count 
 :func:`~petlab.plaindata.plausible.privacy_tests.count_plausible_seeds`),
 timed on a sample of candidates and scaled:
 the ratio is what counting by kept-attribute keys buys. Both give the same counts (checked here on
-the sample, and in ``tests/test_plausible.py``). The paper's tool: over a million records in under
-an hour on a multi-core machine (Section 6.5, Figure 5).
+the sample, and in ``tests/plaindata/plausible/test_plausible.py``). The paper's tool: over a million records
+in under an hour on a multi-core machine (Section 6.5, Figure 5).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.experiments.plausible_bench import default_data
 from petlab.experiments.synthesis_experiments import plausible_experiments
 
@@ -54,19 +55,24 @@ def run_tables(data: Path | None, k: int, omegas: list[int], per_class: int, see
         f"{len(frame):,} ACS records, k = {k}, gamma = 4, eps0 = 1, seed {seed}; ours (paper). "
         "Pass rates are computed from the real data (evaluation only).",
         "",
-        "| data | records | pass rate | accuracy tree / RF / Ada | agreement tree / RF / Ada | "
-        "distinguishing RF / tree |",
-        "|---|---|---|---|---|---|",
     ]
+    cells = []
     for _, row in result.iterrows():
         label = row["data"]
         paper = PAPER.get("synthetics" if label.startswith("omega") else label)
-        lines.append(
-            f"| {label} | {int(row['records']):,} | {100 * row['pass_rate']:.1f}% | "
-            f"{_cells(row, paper, 'accuracy', ('tree', 'rf', 'ada'))} | "
-            f"{_cells(row, paper, 'agreement', ('tree', 'rf', 'ada'))} | "
-            f"{_cells(row, paper, 'distinguish', ('rf', 'tree'))} |"
+        cells.append(
+            [
+                label,
+                f"{int(row['records']):,}",
+                f"{100 * row['pass_rate']:.1f}%",
+                _cells(row, paper, "accuracy", ("tree", "rf", "ada")),
+                _cells(row, paper, "agreement", ("tree", "rf", "ada")),
+                _cells(row, paper, "distinguish", ("rf", "tree")),
+            ]
         )
+    header = ["data", "records", "pass rate", "accuracy tree / RF / Ada", "agreement tree / RF / Ada"]
+    header += ["distinguishing RF / tree"]
+    lines.append(markdown.table(header, cells))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from petlab.experiments import markdown
 from petlab.plaindata.onthemap.statement import NEIGHBOURS, NOT_COVERED, PUBLIC
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
@@ -114,7 +115,14 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{v:.{digits}g}")
-    return shown.astype(str).to_markdown(index=False, disable_numparse=True)
+    return markdown.frame_table(shown)
+
+
+def _table_section(frame: pd.DataFrame | None, title: str, *intro: str) -> list[str]:
+    """A report section: ``title``, the ``intro`` paragraph, ``frame``'s table; nothing for no rows."""
+    if frame is None or not len(frame):
+        return []
+    return [title, "", *([*intro, ""] if intro else []), _markdown(frame), ""]
 
 
 EVALUATION_NOTICE = (
@@ -169,27 +177,17 @@ def write_report(
             _markdown(shown),
             "",
         ]
-    accuracy = results.get("knn_accuracy")
-    if accuracy is not None and len(accuracy):
-        lines += [
-            "## Accuracy of the owner's settings beside float k-NN (issue 25)",
-            "",
-            "The thermo family with each data set's owner settings (`server.knn.datasets.owner_settings`),"
-            " its clear reference on the whole held-out split, beside scikit-learn's float k-NN on the"
-            " whole training split (min-max scaled); `petlab-experiments knn-accuracy --splits 10` for"
-            " more splits and the older families.",
-            "",
-            _markdown(accuracy),
-            "",
-        ]
-    sweeps = results.get("knn_sweeps")
-    if sweeps is not None and len(sweeps):
-        lines += [
-            "## Encrypted k-NN (default family) against n, d and k (cf. Figures 7-9)",
-            "",
-            _markdown(sweeps),
-            "",
-        ]
+    lines += _table_section(
+        results.get("knn_accuracy"),
+        "## Accuracy of the owner's settings beside float k-NN (issue 25)",
+        "The thermo family with each data set's owner settings (`server.knn.datasets.owner_settings`),"
+        " its clear reference on the whole held-out split, beside scikit-learn's float k-NN on the"
+        " whole training split (min-max scaled); `petlab-experiments knn-accuracy --splits 10` for"
+        " more splits and the older families.",
+    )
+    lines += _table_section(
+        results.get("knn_sweeps"), "## Encrypted k-NN (default family) against n, d and k (cf. Figures 7-9)"
+    )
     onthemap = results.get("onthemap")
     if onthemap is not None:
         lines += [

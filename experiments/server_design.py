@@ -41,6 +41,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from petlab.experiments.markdown import table as markdown_table
 from petlab.experiments.server_process import SERVER, ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
@@ -277,11 +278,8 @@ def markdown(rows: list[Row], command: str) -> str:
         f"Command: `{command}`. Machine: {os.cpu_count()} cores. Latencies in ms (client side), "
         "memory is the server's VmRSS; stop is SIGTERM to exit with every held stream open (`--grace 1`).",
         "",
-        "| server | stream | streams asked | held | threads | RSS MiB | KiB/stream | Check answered "
-        "| Check median | Check p99 | ListModels answered | ListModels median | ListModels p99 "
-        "| first failure | SIGTERM to exit s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
+    cells = []
     for row in rows:
         values = [
             row.server,
@@ -300,7 +298,12 @@ def markdown(rows: list[Row], command: str) -> str:
             row.failure or None,
             row.sigterm_exit_seconds,
         ]
-        lines.append("| " + " | ".join(cell(v) for v in values) + " |")
+        cells.append([cell(v) for v in values])
+    header = ["server", "stream", "streams asked", "held", "threads", "RSS MiB", "KiB/stream"]
+    header += ["Check answered", "Check median", "Check p99", "ListModels answered", "ListModels median"]
+    header += ["ListModels p99", "first failure", "SIGTERM to exit s"]
+    align = ["left", "left"] + ["right"] * 11 + ["left", "right"]
+    lines.append(markdown_table(header, cells, align))
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,5 @@
 """One server program started as a process on a free loopback port, for tests and experiments
-(``tests/test_liveness.py``, ``tests/test_fair_shares.py``, ``petlab-experiments liveness-stress``,
+(``tests/e2e/test_liveness.py``, ``tests/e2e/test_fair_shares.py``, ``petlab-experiments liveness-stress``,
 ``petlab-experiments server-design``).
 
 The program is given ``--port 0 --port-file FILE --data-dir DIR`` and the caller's arguments; it is

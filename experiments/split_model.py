@@ -37,6 +37,7 @@ import numpy as np
 
 from petlab.crypto.knn.fast.plan import choose_scale, default_distance_bits
 from petlab.crypto.knn.fast.selection_network import comparator_count, k_smallest_count, merge_count
+from petlab.experiments import markdown
 
 K = 3
 BITS = 4
@@ -113,19 +114,30 @@ def report(rows: list[dict]) -> str:
         "Command: `petlab-experiments split-bench` (the family in the first column; thermo with the data "
         "owner's settings, fast with k = 3 and 4-bit features).",
         "",
-        "| family | data set (d) | n (kept) | configuration | PBS (model) | PBS critical path | compile s "
-        "| eval keys MB | up + down B | between stages B | median s | CPU s / query | load | correct |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['algorithm']} | {r['dataset']} ({r['d']}) | {r['n']} ({r['n_kept']}) | {r['config']} "
-            f"| {r['pbs']} "
-            f"({r['pbs_model']}) | {r['pbs_critical']} | {r['compile_s']} | {r['eval_key_bytes'] / 1e6:.1f} "
-            f"| {r['query_bytes']} + {r['result_bytes']} | {r['stage_bytes']:,} | {r['median_s']:.2f} "
-            f"| {r['cpu_s_per_query']:.2f} | {r['load']} | {r['correct']} |"
-        )
-    exact = all(r["pbs"] == r["pbs_model"] for r in rows)
+    header = ["family", "data set (d)", "n (kept)", "configuration", "PBS (model)", "PBS critical path"]
+    header += ["compile s", "eval keys MB", "up + down B", "between stages B", "median s", "CPU s / query"]
+    header += ["load", "correct"]
+    cells = [
+        [
+            r["algorithm"],
+            f"{r['dataset']} ({r['d']})",
+            f"{r['n']} ({r['n_kept']})",
+            r["config"],
+            f"{r['pbs']} ({r['pbs_model']})",
+            r["pbs_critical"],
+            r["compile_s"],
+            f"{r['eval_key_bytes'] / 1e6:.1f}",
+            f"{r['query_bytes']} + {r['result_bytes']}",
+            f"{r['stage_bytes']:,}",
+            f"{r['median_s']:.2f}",
+            f"{r['cpu_s_per_query']:.2f}",
+            r["load"],
+            r["correct"],
+        ]
+        for r in rows
+    ]
+    lines.append(markdown.table(header, cells))
     exact = all(r["pbs"] == r["pbs_model"] for r in rows)
     lines += [
         "",
@@ -176,18 +188,34 @@ def report(rows: list[dict]) -> str:
         "Lookups per partition at their bound d 2^bits, largest class at the data set's share;"
         f" T{MACHINES} = h + c x PBS_critical / 2, one machine c x PBS_whole / 2.",
         "",
-        f"| family | data set (d) | n | PBS whole | one machine (s) | PBS critical, {MACHINES} workers "
-        f"| {MACHINES} machines (s) | speed-up |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for (algorithm, dataset), fit in fits.items():
         for n in (fit["n_train"], LARGE_N):
             critical, whole_pbs = predicted_pbs(algorithm, dataset, fit["d"], n, MACHINES)
             one, spread = fit["c"] * whole_pbs / 2, fit["h"] + fit["c"] * critical / 2
-            lines.append(
-                f"| {algorithm} | {dataset} ({fit['d']}) | {n:,} | {whole_pbs:,} | {one:,.0f} | {critical:,} "
-                f"| {spread:,.1f} | {one / spread:.1f}x |"
+            cells.append(
+                [
+                    algorithm,
+                    f"{dataset} ({fit['d']})",
+                    f"{n:,}",
+                    f"{whole_pbs:,}",
+                    f"{one:,.0f}",
+                    f"{critical:,}",
+                    f"{spread:,.1f}",
+                    f"{one / spread:.1f}x",
+                ]
             )
+    header = [
+        "family",
+        "data set (d)",
+        "n",
+        "PBS whole",
+        "one machine (s)",
+        f"PBS critical, {MACHINES} workers",
+    ]
+    header += [f"{MACHINES} machines (s)", "speed-up"]
+    lines.append(markdown.table(header, cells))
     lines += [
         "",
         "Assumptions to check on a real cluster: the CPU per PBS c stays what it is at the largest n "

@@ -2,7 +2,7 @@
 
 Without it, a session in which any test ran a circuit exits 0 even when tests failed, and
 ``make test`` (CI) would pass. Enabled for the project's tests in ``pyproject.toml``
-(``-p petlab.pytest_exit_status``); ``tests/test_cli_entry_points.py`` shows both sides.
+(``-p petlab.pytest_exit_status``); ``tests/e2e/test_cli_entry_points.py`` shows both sides.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The .proto files live in ``protos/`` and are compiled as ``petlab/protos/<name>.proto``, so the
 descriptors are registered under that path (no clash with another project's ``knn.proto``) and the
 generated gRPC modules import their messages as ``petlab.protos.<name>_pb2``.
-``tests/test_protos.py`` fails when the committed stubs differ from what this produces, so edit a
+``tests/protos/test_protos.py`` fails when the committed stubs differ from what this produces, so edit a
 .proto, run this, and commit both.
 """
 

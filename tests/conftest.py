@@ -4,9 +4,11 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import capnp
 import numpy as np
@@ -40,7 +42,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def concrete_runtime() -> None:
     """concrete's runtime installs a SIGPIPE handler the first time it runs anything (a simulation
     included), and the test process then died by SIGSEGV when a LocalCluster's TLS connection
-    closed under a write (``tests/test_split_knn.py`` on its own, found by the red team). Started
+    closed under a write (``tests/server/knn/test_split_knn.py`` on its own, found by the red team). Started
     here, as the server and every Dask worker start it (``deployment.start_concrete_runtime``)."""
     start_concrete_runtime()
 
@@ -50,31 +52,23 @@ def iris_split() -> tuple[Dataset, Dataset]:
     return load_bundled("iris").split()
 
 
+def _iris_model(split: tuple[Dataset, Dataset], algorithm: str) -> KnnModel:
+    """``algorithm``'s model of Iris's training split, n = 40, k = 3, 4 bits."""
+    train, _ = split
+    settings = KnnSettings(n=40, k=3, bits=4, algorithm=algorithm)
+    return build_model("iris", train.features, train.labels, settings, train.class_names, train.feature_names)
+
+
 @pytest.fixture(scope="session")
 def iris_model(iris_split) -> KnnModel:
     """The paper's algorithm (Ameur et al.), n = 40, k = 3, 4 bits."""
-    train, _ = iris_split
-    return build_model(
-        "iris",
-        train.features,
-        train.labels,
-        KnnSettings(n=40, k=3, bits=4, algorithm="paper"),
-        train.class_names,
-        train.feature_names,
-    )
+    return _iris_model(iris_split, "paper")
 
 
 @pytest.fixture(scope="session")
 def iris_fast_model(iris_split) -> KnnModel:
     """The fast algorithm, n = 40, k = 3, 4 bits."""
-    train, _ = iris_split
-    return build_model(
-        "iris",
-        train.features,
-        train.labels,
-        KnnSettings(n=40, k=3, bits=4, algorithm="fast"),
-        train.class_names,
-    )
+    return _iris_model(iris_split, "fast")
 
 
 # ---------------------------------------------------------------------------------- servers
@@ -210,6 +204,73 @@ def _simulate_all(circuit, queries, reference=None):
 def simulate_all():
     """``simulate_all(circuit, queries, reference)``: see :func:`_simulate_all`."""
     return _simulate_all
+
+
+class SilentRequests:
+    """Request iterators for client streams that send nothing: each waits for ``release`` (20 s at
+    most) and then ends, so a call made with one holds its stream open, idle, until then."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def __call__(self) -> Iterator[Any]:
+        self.release.wait(20)
+        return
+        yield
+
+
+@pytest.fixture
+def silent_requests() -> Iterator[SilentRequests]:
+    """``call(silent_requests(), ...)``: a stream that sends nothing until the test sets
+    ``silent_requests.release`` (set at the latest when the test ends)."""
+    silent = SilentRequests()
+    try:
+        yield silent
+    finally:
+        silent.release.set()
+
+
+# ---------------------------------------------------------------------------------- held-out rows
+
+
+@pytest.fixture
+def kept_points(monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The points the owner keeps, ``(training rows, labels)``, of every model the evaluation
+    pipeline (``experiments.knn_accuracy``) builds from now on, in the order it builds them."""
+    from petlab.experiments import knn_accuracy
+
+    kept: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def recording_build_model(*args, **kwargs) -> KnnModel:
+        model = build_model(*args, **kwargs)
+        kept.append((model.plan.train.copy(), model.plan.labels.copy()))
+        return model
+
+    monkeypatch.setattr(knn_accuracy, "build_model", recording_build_model)
+    return kept
+
+
+@pytest.fixture
+def replace_held_out_rows(monkeypatch) -> Callable[..., None]:
+    """``replace_held_out_rows(features=...)``: from then on ``Dataset.split`` returns the same
+    training part and every held-out row replaced: each label moved to the next class and, with
+    ``features``, the features drawn uniformly within the held-out rows' range (seeded)."""
+    original_split = Dataset.split
+
+    def replace(*, features: bool) -> None:
+        def split_with_other_test_rows(self, test_fraction=0.2, seed=0):
+            train, test = original_split(self, test_fraction, seed)
+            other = test.features
+            if features:
+                rng = np.random.default_rng(1)
+                low, high = test.features.min(axis=0), test.features.max(axis=0)
+                other = rng.uniform(low, high, size=test.features.shape)
+            labels = (test.labels + 1) % (int(self.labels.max()) + 1)
+            return train, Dataset(test.name, other, labels, test.class_names, test.feature_names)
+
+        monkeypatch.setattr(Dataset, "split", split_with_other_test_rows)
+
+    return replace
 
 
 # ---------------------------------------------------------------------------------- Dask

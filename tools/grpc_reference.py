@@ -2,7 +2,7 @@
 
 protoc (grpcio-tools, the pinned dev dependency that also generates the stubs) parses the files
 with their comments into descriptors; this script only lays them out. Run it after changing a
-.proto: ``python tools/grpc_reference.py``; tests/test_docs_reference.py fails when the committed
+.proto: ``python tools/grpc_reference.py``; tests/docs/test_docs_reference.py fails when the committed
 page differs from what it writes.
 """
 

@@ -1,7 +1,7 @@
 # What petlab reads of concrete-python 2.11's wire format ("concrete protocol", Cap'n Proto):
 # evaluation key sets and encrypted values. Field numbers and types are the protocol's (they fix
 # the layout); names are ours, and only the structures read here are described. Read-only: petlab
-# never writes these messages. Checked against real keys and ciphertexts in tests/test_wire_format.py.
+# never writes these messages. Checked against real keys and ciphertexts in tests/crypto/knn/test_wire_format.py.
 @0xd2a64233258d00f1;
 
 enum SecretDistribution { binary @0; ternary @1; }

@@ -17,7 +17,7 @@ Section 7.2):
    qualifies, keep every training point (``None``).
 
 Nothing here sees a test row: the caller hands over the training split only (``build_model``),
-and ``tests/test_condensation.py`` checks that changing every test row changes nothing.
+and ``tests/crypto/knn/test_condensation.py`` checks that changing every test row changes nothing.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ byte-identical to it (Iris, measured); a ciphertext is re-encoded in one segment
 Keys that pass have the circuit's parameters exactly: concrete runs them (a key set of another
 circuit with exactly the same parameters cannot be told apart, and gives its sender garbage, no
 crash). Payload *values* are never interpreted: random bytes of the right size run and decrypt to
-garbage (``tests/test_wire_format.py`` runs such keys). Measured: 2 ms (iris, n = 10, 19 MB keys)
+garbage (``tests/crypto/knn/test_wire_format.py`` runs such keys). Measured: 2 ms (iris, n = 10, 19 MB keys)
 to 0.3 s (125 MB) per key set.
 
 Packing key-switching keys (concrete's circuit bootstrapping): no petlab circuit uses them and their

@@ -9,7 +9,7 @@
   (``get_epsilon_for_delta``). Losses are discretised upwards, so the figure is an upper bound of
   the optimal one: each loss is rounded up by about half a step of eps_min /
   :data:`STEPS_PER_EPSILON`, so the composed figure is at most a few tenths of a percent above
-  the optimum (``tests/test_optimal_composition.py``). The total delta is the one the advanced
+  the optimum (``tests/plaindata/dp/test_optimal_composition.py``). The total delta is the one the advanced
   composition theorem states (sum delta_i + delta'), so old and new figures compare at equal
   delta.
 * Sequential (basic, Dwork and Roth Theorem 3.16): (sum eps_i, sum delta_i). Kept as the floor:

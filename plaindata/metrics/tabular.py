@@ -14,7 +14,8 @@
   sd[pMSE] = sqrt(2 (k - 1)) c (1 - c) / N. The form often quoted, (k - 1)(1 - c)^2 c / N, is smaller
   by the factor 1 - c; a simulation (60 replicates, N = 4000, k - 1 = 5) gave mean pMSE 3.5e-4 at
   c = 1/2 (this module: 3.1e-4; the quoted form: 1.6e-4) and 2.4e-4 at c = 1/4 (2.3e-4; 1.8e-4).
-  ``tests/test_utility.py`` checks that the ratio averages 1 on random halves of one data set.
+  ``tests/plaindata/metrics/test_tabular_metrics.py`` checks that the ratio averages 1 on random halves of one
+  data set.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ with the number of non-empty origin blocks and with m_total only:
    they land in is a uniform choice of distinct unused ones (rejection sampling, cheap while
    u << k_e), since the empty blocks are exchangeable.
 
-The result has exactly the distribution of the dense algorithm (``tests/test_onthemap.py``).
+The result has exactly the distribution of the dense algorithm
+(``tests/plaindata/onthemap/test_onthemap.py``).
 """
 
 from __future__ import annotations

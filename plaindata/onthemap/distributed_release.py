@@ -20,8 +20,8 @@ driver
    states the release's cost once (:func:`~petlab.plaindata.onthemap.statement.release_cost`).
 
 Given alpha, destinations are independent in the single-process release as well, so the output's
-law is the same (``tests/test_cluster_onthemap.py`` checks it against the exact law). A lost worker's
-partition is sent again and recomputed with the same generator, overwriting the same part.
+law is the same (``tests/plaindata/onthemap/test_cluster_onthemap.py`` checks it against the exact law). A
+lost worker's partition is sent again and recomputed with the same generator, overwriting the same part.
 
 The input is a gzipped LODES CSV joined to the crosswalk (not splittable), so it is read and hashed
 on the driver in one vectorised pass; the O/D arrays then cross to the workers once, by partition.

@@ -24,8 +24,8 @@ in log space throughout:
   T(x) = P(BetaBinomial(n; x + a, n - x + (k - 1) a) > gamma (a + [x - 1]^+))
   (at most n blocks are non-empty). Theorem 4.4 bounds the same probability through the point
   mass rho at the boundary and a geometric tail factor; the exact tails are tighter (a smaller
-  alpha for the same (eps, delta), ``tests/test_onthemap_privacy.py``) and always admit a solution:
-  a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
+  alpha for the same (eps, delta), ``tests/plaindata/onthemap/test_onthemap_privacy.py``) and always admit a
+  solution: a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
   searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once, with the
   tails summed term by term (:func:`log_beta_binomial_sf`; scipy's 1 - cdf lost them) and a
   relative margin of 1e-9 upwards. With the release's beyond cell (prior n / gamma, which never
@@ -130,8 +130,8 @@ def log_beta_binomial_sf(bound, n, a, b) -> np.ndarray:
     ``scipy.stats.betabinom.sf`` is 1 - cdf: it loses every digit below 1e-16 (0 where the tail is
     2.2e-13) and was 0.9% low at 8e-10, which let the prior search accept priors whose tails
     exceeded the bound. Here every term is computed on its own, so the relative error is that of
-    ``gammaln`` differences (about 1e-13 for the sizes used; ``tests/test_onthemap_privacy.py``
-    checks it against exact rationals)."""
+    ``gammaln`` differences (about 1e-13 for the sizes used;
+    ``tests/plaindata/onthemap/test_onthemap_privacy.py`` checks it against exact rationals)."""
     bound, n, a, b = (np.asarray(v) for v in np.broadcast_arrays(bound, n, a, b))
     shape = n.shape
     bound, n, a, b = (v.ravel() for v in (bound, n, a, b))

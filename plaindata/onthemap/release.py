@@ -62,8 +62,8 @@ differ by more than e^eps'.
     release is (eps', delta)-probabilistically DP per destination with
     eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta).
 
-``tests/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on small
-geographies, for every data set and every relocation of a worker (across the edge too), and
+``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on
+small geographies, for every data set and every relocation of a worker (across the edge too), and
 checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
 fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
 priors, which depend on N(d) and the geography only; figures computed from the data (pairs and

@@ -17,8 +17,8 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Sections 3.1-3.2 and 3.4-3.4.1.
   its parents already hold y's values (kept ones equal the seed's, which must equal y's).
   Hence Pr{y = M(d)} = [d and y agree on the kept attributes] * prod_{resampled i} theta_i(y_i |
   D(y_{P_i})): 0 when a kept attribute differs, and one common value for every seed that agrees.
-  ``tests/test_bayes_model.py`` checks this closed form against a brute-force enumeration of the
-  sampler's outputs.
+  ``tests/plaindata/plausible/test_bayes_model.py`` checks this closed form against a brute-force enumeration
+  of the sampler's outputs.
 * Marginal baseline (Section 3.2): the same learning with every parent set empty and omega = m.
 """
 

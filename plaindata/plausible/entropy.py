@@ -18,9 +18,9 @@ h_b(p) = -p ln p - (1-p) ln(1-p) is the binary entropy; for a data set of n reco
 neighbours (n - 1 or n + 1 records) the sensitivity is h_b(1/n) <= (1 + ln n)/n. Replacing one
 record (the paper's Lemma 1 setting) moves one count down and another up; by the same argument on
 g(x) = x ln x - (x-1) ln(x-1), increasing, the change is (g(a) - g(b))/n with a + b <= n + 1,
-largest at a = n, b = 1: again h_b(1/n). ``tests/test_entropy.py`` checks both by enumerating every
-histogram of small n. Joint entropies (pairs of attributes) are entropies of a histogram over the
-pairs and have the same sensitivity.
+largest at a = n, b = 1: again h_b(1/n). ``tests/plaindata/plausible/test_entropy.py`` checks both by
+enumerating every histogram of small n. Joint entropies (pairs of attributes) are entropies of a histogram
+over the pairs and have the same sensitivity.
 
 **The record count (equation 10).** The sensitivity depends on n, which is private. n is
 released once as n_hat = n + Lap(1/eps_n) and the scales use the one-sided lower bound

@@ -29,8 +29,8 @@ counterexample). With n >= k, P_D(nothing) = 1 - pi(n) = e^{-eps0 (n - k)} / 2, 
 P_D'(nothing) >= (1 - pi(1)) / (n + 1), pi(1) = e^{-eps0 (k - 1)} / 2. At the defaults (k = 50,
 eps0 = 1, t = 29: eps = 1.129, delta = 7.6e-10) and n = 60 the hockey-stick divergence
 P_D'(nothing) - e^eps P_D(nothing) is 0.0163, 2e7 times delta: Theorem 1 holds for sets of records,
-and cannot be extended to "nothing" (``tests/test_plausible_release_law.py`` computes it exactly
-with the project's own seed probabilities and plausible-seed counts).
+and cannot be extended to "nothing" (``tests/plaindata/plausible/test_plausible_release_law.py`` computes it
+exactly with the project's own seed probabilities and plausible-seed counts).
 
 **3. No whole-release figure.** ``synthesize`` runs Mechanism 1 at most L times until ``count``
 records pass, and otherwise fails (nothing written, exit status 1). What an observer sees is the

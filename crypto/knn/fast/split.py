@@ -14,7 +14,7 @@ class index among equal votes. Over the partitions of ``program.partitions`` (ro
 3. ``count_p(q, D_k)``: partition p's votes ``[d_i <= D_k] @ onehot_p`` (its distances again).
 4. ``finish(v_0, ..., v_{P-1})``: votes = sum (no PBS), then step 5.
 
-So the split class equals the unsplit reference on every query (``tests/test_split_knn.py``
+So the split class equals the unsplit reference on every query (``tests/server/knn/test_split_knn.py``
 checks both against a sort, ties included). A one-pass split ("each partition's k smallest
 (distance, label) pairs") cannot count ties: a partition may hold more than k points at D_k, and
 carrying labels through the network widens every comparison to (distance, label) bits.

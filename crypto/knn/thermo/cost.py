@@ -1,6 +1,6 @@
 """Cost model of the thermometer family: programmable bootstraps (PBS) per query from public facts.
 
-Every PBS of the circuit is counted here without compiling (``tests/test_thermo_knn.py`` checks
+Every PBS of the circuit is counted here without compiling (``tests/crypto/knn/test_thermo_knn.py`` checks
 the count against concrete's ``programmable_bootstrap_count``):
 
 - reduction (``spec.reduced``): ``shift`` truncation PBS and one lookup per point;

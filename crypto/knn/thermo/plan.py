@@ -197,7 +197,7 @@ def counted_positions(n_classes: int, k: int) -> range:
     least k. If the largest vote M is >= 2, the classes with v = M are exactly those with
     v' = M - 1 >= 1 and every other class has v' < M - 1. If M <= 1, the votes are C ones summing
     to at least k >= C, so all are 1, every v' is 0 and both winners are class 0.
-    (``tests/test_thermo_knn.py`` checks every vote vector.)"""
+    (``tests/crypto/knn/test_thermo_knn.py`` checks every vote vector.)"""
     return range(1, k) if n_classes <= k else range(k)
 
 

@@ -14,7 +14,7 @@ from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.thermo import reference
 from petlab.crypto.knn.thermo.encoding import thermometer
 from petlab.experiments import knn_accuracy
-from petlab.server.knn.datasets import Dataset, bundled_public_bounds, load_bundled, owner_settings
+from petlab.server.knn.datasets import bundled_public_bounds, load_bundled, owner_settings
 
 
 @pytest.fixture(scope="module")
@@ -27,30 +27,13 @@ def wine_model():
     return model, model.quantizer.transform(test.features), len(train.labels)
 
 
-def test_the_condensed_size_never_depends_on_a_test_row(monkeypatch):
+def test_the_condensed_size_never_depends_on_a_test_row(kept_points, replace_held_out_rows):
     """The evaluation pipeline (``knn-accuracy``) run twice on the same split, the second time with
     every held-out row replaced (other features, other labels): the owner keeps the same points."""
-    original_split = Dataset.split
-    kept = []
-
-    def recording_build_model(*args, **kwargs):
-        model = build_model(*args, **kwargs)
-        kept.append((model.plan.train.copy(), model.plan.labels.copy()))
-        return model
-
-    monkeypatch.setattr(knn_accuracy, "build_model", recording_build_model)
     knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
-
-    def split_with_other_test_rows(self, test_fraction=0.2, seed=0):
-        train, test = original_split(self, test_fraction, seed)
-        rng = np.random.default_rng(1)
-        features = rng.uniform(test.features.min(axis=0), test.features.max(axis=0), size=test.features.shape)
-        labels = (test.labels + 1) % (int(self.labels.max()) + 1)
-        return train, Dataset(test.name, features, labels, test.class_names, test.feature_names)
-
-    monkeypatch.setattr(Dataset, "split", split_with_other_test_rows)
+    replace_held_out_rows(features=True)
     knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
-    (first_train, first_labels), (second_train, second_labels) = kept
+    (first_train, first_labels), (second_train, second_labels) = kept_points
     assert len(first_train) < 142  # condensed: fewer points than wine's training split
     assert np.array_equal(first_train, second_train) and np.array_equal(first_labels, second_labels)
 

@@ -7,15 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from petlab.crypto.knn.deployment import (
-    KnnClient,
-    client_specs_bytes,
-    load_server,
-    parse_ciphertext,
-    parse_evaluation_keys,
-    run_encrypted,
-    save_server,
-)
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.fast.circuit import compile_fast_circuit
 from petlab.crypto.knn.fast.plan import (
@@ -197,25 +188,13 @@ def test_wine_simulation_equals_reference(simulate_all):
 
 @pytest.mark.slow
 def test_iris_real_encryption_equals_reference(
-    iris_fast_circuit, iris_fast_model, iris_test_levels, tmp_path
+    iris_fast_circuit, iris_fast_model, iris_test_levels, tmp_path, encrypted_answers
 ):
     """Two held-out queries of different classes encrypted for real, through serialized bytes
     only (the simulation tests carry the many-query checks; a real run costs seconds per query)."""
     expected = classify(iris_fast_model.plan, iris_test_levels)
     chosen = [int(np.flatnonzero(expected == c)[0]) for c in np.unique(expected)[-2:]]
-    save_server(iris_fast_circuit, tmp_path / "server.zip")
-    server = load_server(tmp_path / "server.zip")
-    try:
-        client = KnnClient(client_specs_bytes(server))
-        client.generate_keys()
-        evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-        queries = iris_test_levels[chosen]
-        answers = [
-            client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
-            for q in queries
-        ]
-    finally:
-        server.cleanup()
+    answers = encrypted_answers(iris_fast_circuit, iris_test_levels[chosen], tmp_path)
     assert len(set(answers)) == 2 and answers == expected[chosen].tolist()
 
 

@@ -7,13 +7,6 @@ import numpy as np
 import pytest
 
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.deployment import (
-    KnnClient,
-    client_specs_bytes,
-    parse_ciphertext,
-    parse_evaluation_keys,
-    run_encrypted,
-)
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.paper.circuit import compile_circuit
 from petlab.crypto.knn.paper.plan import build_plan
@@ -41,36 +34,20 @@ def test_iris_circuit_makes_only_upper_triangle_comparisons(iris_circuit, iris_m
     assert plan.n_pairs * per_pair + plan.n <= pbs <= plan.n_pairs * per_pair + plan.n + 16 * plan.n_classes
 
 
-def encrypted_answers(circuit, queries: np.ndarray, directory) -> list[int]:
-    """Real keys, encryption, evaluation and decryption, through serialized bytes only."""
-    from petlab.crypto.knn.deployment import load_server, save_server
-
-    save_server(circuit, directory / "server.zip")
-    server = load_server(directory / "server.zip")
-    try:
-        client = KnnClient(client_specs_bytes(server))
-        client.generate_keys()
-        evaluation_keys = parse_evaluation_keys(client.evaluation_keys_bytes())
-        return [
-            client.decrypt_class(run_encrypted(server, evaluation_keys, parse_ciphertext(client.encrypt(q))))
-            for q in queries
-        ]
-    finally:
-        server.cleanup()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("PETLAB_PAPER_SCALE"),
     reason="the paper circuit at n = 40 for real takes 2 minutes on 2 cores; PETLAB_PAPER_SCALE=1 runs it",
 )
-def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model, iris_test_levels, tmp_path):
+def test_iris_real_encryption_equals_reference_at_n_40(
+    iris_circuit, iris_model, iris_test_levels, tmp_path, encrypted_answers
+):
     """The paper's setting, n = 40: a held-out query encrypted for real (about a minute on 2 cores,
     plus 17 s of key generation). Opt-in (``PETLAB_PAPER_SCALE=1``, which also runs n = 10 below)
     to keep ``make test`` within its 10 minutes on 2 cores; ``make test`` simulates the paper
     circuit at n = 40 (above) and small n, runs the thermo and fast circuits for real
-    (``tests/test_thermo_knn.py``, ``tests/test_fast_knn.py``), and ``petlab-experiments knn-bench
-    --algorithm paper --n 40`` checks every encrypted answer against the clear one."""
+    (``tests/crypto/knn/test_thermo_knn.py``, ``tests/crypto/knn/test_fast_knn.py``), and ``petlab-experiments
+    knn-bench --algorithm paper --n 40`` checks every encrypted answer against the clear one."""
     queries = iris_test_levels[5:6]
     assert encrypted_answers(iris_circuit, queries, tmp_path) == classify(iris_model.plan, queries).tolist()
 
@@ -80,7 +57,7 @@ def test_iris_real_encryption_equals_reference_at_n_40(iris_circuit, iris_model,
     not os.environ.get("PETLAB_PAPER_SCALE"),
     reason="the paper's family is no longer the default; PETLAB_PAPER_SCALE=1 runs it for real",
 )
-def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path):
+def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path, encrypted_answers):
     """Two held-out queries encrypted for real, on the same pipeline at n = 10 (the paper's family
     is no longer the default: its simulation tests above carry the many-query checks)."""
     train, test = iris_split

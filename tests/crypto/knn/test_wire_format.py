@@ -1,7 +1,7 @@
 """concrete's key sets and ciphertexts checked against a circuit's client specs without concrete
 (``crypto.knn.wire_format``, issue 23), on real keys: Iris at n = 10 and Wine at n = 6, compiled as
 ``petlab-server`` compiles them. Hostile variants are built from the real messages with pycapnp.
-Which of them kill concrete is measured in ``tests/test_foreign_keys.py`` (through a server
+Which of them kill concrete is measured in ``tests/server/knn/test_foreign_keys.py`` (through a server
 process) and in the issue's notes; here: each is refused, and only what concrete itself writes passes.
 """
 

@@ -1,5 +1,5 @@
 """The rules of ``server.common.fair_share``, one by one, without a server (issue 29, item 3).
-The real-server floods are in ``tests/test_fair_shares.py``."""
+The real-server floods are in ``tests/e2e/test_fair_shares.py``."""
 
 from __future__ import annotations
 

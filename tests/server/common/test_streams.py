@@ -1,11 +1,10 @@
 """No response stream can hold the server (issue 23, ``server.common.streams``): a fail-fast budget,
 time limits, and interceptors that keep grpc's non-blocking attribute. The load test
-(``tests/test_load.py``) holds the server with idle streams from many connections; here, the
+(``tests/server/common/test_load.py``) holds the server with idle streams from many connections; here, the
 budget and the limits themselves, on a controller-only server (no model, no key material)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
@@ -79,24 +78,19 @@ def test_interceptors_keep_grpcs_attributes():
         guard.close()
 
 
-def test_streams_beyond_the_budget_are_refused_and_idle_or_old_ones_end(serve, tmp_path):
+def test_streams_beyond_the_budget_are_refused_and_idle_or_old_ones_end(serve, tmp_path, silent_requests):
     """Attack: more idle streams than the budget, from as many connections. The budget's streams
     are held, the next ones refused at once (RESOURCE_EXHAUSTED with a retry hint), the controller
     answers meanwhile; a reflection stream without a request for ``idle_seconds`` and any stream
     older than ``lifetime_seconds`` is cancelled, and its slot comes back."""
     limits = StreamLimits(slots=3, idle_seconds=1.0, lifetime_seconds=2.5)
-    release = threading.Event()
-
-    def silent():
-        release.wait(20)
-        return
-        yield
-
     with serve(tmp_path / "data", None, streams=limits, **CONTROLLER) as running:
         connections = [own_connection(running.port) for _ in range(6)]
         try:
             idle = [
-                reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(silent(), timeout=20)
+                reflection_pb2_grpc.ServerReflectionStub(c).ServerReflectionInfo(
+                    silent_requests(), timeout=20
+                )
                 for c in connections[:4]
             ]
             deadline = time.monotonic() + 10
@@ -129,12 +123,12 @@ def test_streams_beyond_the_budget_are_refused_and_idle_or_old_ones_end(serve, t
             time.sleep(0.2)
             assert running.streams is not None and running.streams.open_streams() == 0
         finally:
-            release.set()
+            silent_requests.release.set()
             for connection in connections:
                 connection.close()
 
 
-def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp_path):
+def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp_path, silent_requests):
     """Red team: grpc reads a unary call's request in the thread the call runs on, with no time
     limit, before any interceptor's behaviour. A client that opens calls and never sends their
     message (no credentials needed) held one thread each: twice the workers of them, to health
@@ -143,12 +137,6 @@ def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp
     controller and health checks answer meanwhile; a call that ends without a message is
     INVALID_ARGUMENT."""
     workers, request_seconds = 8, 4.0
-    release = threading.Event()
-
-    def withheld():
-        release.wait(20)
-        return
-        yield
 
     def nothing():
         return
@@ -161,7 +149,7 @@ def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp
         connections = [own_connection(running.port) for _ in range(2 * workers + 1)]
         try:
             held = [
-                connection.stream_stream(methods[i % len(methods)])(withheld(), timeout=20)
+                connection.stream_stream(methods[i % len(methods)])(silent_requests(), timeout=20)
                 for i, connection in enumerate(connections[:-1])
             ]
             time.sleep(0.5)  # the calls are open, each waiting for its message
@@ -181,6 +169,6 @@ def test_calls_whose_request_never_comes_hold_no_thread_of_the_server(serve, tmp
                 probe.stream_unary("/grpc.health.v1.Health/Check")(nothing(), timeout=5)
             assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         finally:
-            release.set()
+            silent_requests.release.set()
             for connection in connections:
                 connection.close()

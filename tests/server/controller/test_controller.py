@@ -14,11 +14,12 @@ import grpc
 import numpy as np
 import pandas as pd
 import pytest
+from controller_calls import open_session, reveal, status_of
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petlab.client.analyst import describe, keygen, main, next_request, open_request, prepare, run
+from petlab.client.analyst import describe, keygen, main, open_request, prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.crypto.chain.certification import certify
 from petlab.crypto.chain.instructions import canonical_json
@@ -48,27 +49,6 @@ def server(serve, tmp_path):
         tmp_path, analysis_data=acs_sample_path(), open_analysis=True, analysis_cooldown_seconds=0
     ) as running:
         yield running
-
-
-@pytest.fixture()
-def channel(server):
-    with make_channel(f"127.0.0.1:{server.port}") as channel:
-        yield channel
-
-
-def open_session(stub, document: dict) -> str:
-    return stub.OpenSession(open_request(document), timeout=30).session_id
-
-
-def reveal(stub, session_id: str, document: dict, j: int):
-    return stub.Next(next_request(document, session_id, j), timeout=60)
-
-
-def status_of(call, *args) -> grpc.StatusCode:
-    with pytest.raises(grpc.RpcError) as failure:
-        call(*args, timeout=30)
-    assert failure.value.details()
-    return failure.value.code()
 
 
 def test_sequence_runs_to_the_end(channel):

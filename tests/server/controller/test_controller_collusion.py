@@ -8,7 +8,6 @@ its protection is removed.
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import logging
@@ -18,9 +17,10 @@ import grpc
 import numpy as np
 import pandas as pd
 import pytest
+from controller_calls import open_session, outcomes, reveal, status_of
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from petlab.client.analyst import describe, next_request, open_request, prepare, run
+from petlab.client.analyst import describe, prepare
 from petlab.client.knn_client import make_channel
 from petlab.crypto.chain.certification import certify
 from petlab.crypto.chain.traces import public_key_bytes, public_key_pem
@@ -48,24 +48,6 @@ def server(serve, tmp_path):
         analysis_refusal_budget=1000,
     ) as running:
         yield running
-
-
-@pytest.fixture()
-def channel(server):
-    with make_channel(f"127.0.0.1:{server.port}") as channel:
-        yield channel
-
-
-def outcomes(channel, specs: list[dict], document: dict | None = None) -> list[dict | None]:
-    """Run a sequence (a fresh key unless ``document``); each analysis's result, None if withheld."""
-    out = io.StringIO()
-    run(document or prepare(specs, Ed25519PrivateKey.generate()), channel, out=out)
-    results: list[dict | None] = []
-    for line in out.getvalue().splitlines():
-        if line.startswith("analysis "):
-            body = line.split(": ", 1)[1]
-            results.append(None if body.startswith("ABORTED") else json.loads(body))
-    return results
 
 
 def total(result: dict) -> Fraction:
@@ -421,20 +403,6 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
 # ---------------------------------------------------------------- 7. people at every Next
 
 
-def _open(stub, document: dict) -> str:
-    return stub.OpenSession(open_request(document), timeout=30).session_id
-
-
-def _next(stub, session: str, document: dict, j: int):
-    return stub.Next(next_request(document, session, j), timeout=60)
-
-
-def _code(call, *args) -> grpc.StatusCode:
-    with pytest.raises(grpc.RpcError) as failure:
-        call(*args)
-    return failure.value.code()
-
-
 def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
     """Two keys on the allow-list for one person: the second session closes the first; a refusal
     closes the person's sessions and starts the cool-down; a suspension by the data owner stops an
@@ -459,27 +427,27 @@ def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
     with serve(tmp_path / "srv", **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
         stub = controller_pb2_grpc.AnalysisControllerStub(channel)
         early = prepare([count, count], first)
-        early_session = _open(stub, early)
-        assert _next(stub, early_session, early, 1).WhichOneof("outcome") == "result_json"
+        early_session = open_session(stub, early)
+        assert reveal(stub, early_session, early, 1).WhichOneof("outcome") == "result_json"
         later = prepare([{"type": "max", "column": "hpw"}], second)
-        later_session = _open(stub, later)  # the same person: the earlier session closes
-        assert _code(_next, stub, early_session, early, 2) == grpc.StatusCode.FAILED_PRECONDITION
-        assert _next(stub, later_session, later, 1).abort_reason  # withheld: the cool-down starts
-        assert _code(_open, stub, prepare([count], first)) == grpc.StatusCode.FAILED_PRECONDITION
+        later_session = open_session(stub, later)  # the same person: the earlier session closes
+        assert status_of(reveal, stub, early_session, early, 2) == grpc.StatusCode.FAILED_PRECONDITION
+        assert reveal(stub, later_session, later, 1).abort_reason  # withheld: the cool-down starts
+        assert status_of(open_session, stub, prepare([count], first)) == grpc.StatusCode.FAILED_PRECONDITION
         # bob: suspended by the data owner while his session is open
         bobs = prepare([count, count, count, count], third)
-        session = _open(stub, bobs)
-        assert _next(stub, session, bobs, 1).WhichOneof("outcome") == "result_json"
+        session = open_session(stub, bobs)
+        assert reveal(stub, session, bobs, 1).WhichOneof("outcome") == "result_json"
         data_dir = str(tmp_path / "srv")
         assert server_main(["persons", "suspend", "bob", "--data-dir", data_dir]) == 0
-        assert _code(_next, stub, session, bobs, 2) == grpc.StatusCode.PERMISSION_DENIED
-        assert _code(_next, stub, session, bobs, 2) == grpc.StatusCode.FAILED_PRECONDITION  # closed
+        assert status_of(reveal, stub, session, bobs, 2) == grpc.StatusCode.PERMISSION_DENIED
+        assert status_of(reveal, stub, session, bobs, 2) == grpc.StatusCode.FAILED_PRECONDITION  # closed
         assert server_main(["persons", "lift", "bob", "--data-dir", data_dir]) == 0
         again = prepare([count, count, count], third)
-        session = _open(stub, again)
+        session = open_session(stub, again)
         for j in (1, 2):  # bob's second and third analyses today
-            assert _next(stub, session, again, j).WhichOneof("outcome") == "result_json"
-        assert _code(_next, stub, session, again, 3) == grpc.StatusCode.RESOURCE_EXHAUSTED  # quota: 3
+            assert reveal(stub, session, again, j).WhichOneof("outcome") == "result_json"
+        assert status_of(reveal, stub, session, again, 3) == grpc.StatusCode.RESOURCE_EXHAUSTED  # quota: 3
     assert public_key_bytes(first.public_key()) != public_key_bytes(second.public_key())
 
 

@@ -8,7 +8,6 @@ so each fails if its protection is removed.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 
@@ -16,10 +15,10 @@ import grpc
 import numpy as np
 import pandas as pd
 import pytest
+from controller_calls import outcomes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from petlab.client.analyst import next_request, open_request, prepare, run
-from petlab.client.knn_client import make_channel
+from petlab.client.analyst import next_request, open_request, prepare
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2_grpc
 from petlab.server.controller.people import PersonPolicy
@@ -35,25 +34,6 @@ T = 10
 def server(serve, tmp_path):
     with serve(tmp_path, analysis_data=acs_sample_path(), open_analysis=True) as running:  # default limits
         yield running
-
-
-@pytest.fixture()
-def channel(server):
-    with make_channel(f"127.0.0.1:{server.port}") as channel:
-        yield channel
-
-
-def outcomes(channel, specs: list[dict]) -> list[dict | None]:
-    """Run a sequence under a fresh key (a fresh person: open analysis); each analysis's result,
-    None where withheld (the session ends there)."""
-    out = io.StringIO()
-    run(prepare(specs, Ed25519PrivateKey.generate()), channel, out=out)
-    results: list[dict | None] = []
-    for line in out.getvalue().splitlines():
-        if line.startswith("analysis "):
-            body = line.split(": ", 1)[1]
-            results.append(None if body.startswith("ABORTED") else json.loads(body))
-    return results
 
 
 def fresh_history(server) -> None:

@@ -4,7 +4,6 @@ about who may use and evict what, not about key generation."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import socket
 import threading
@@ -13,10 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from tls_certificates import certificate, write_pem
 
 from petlab.addresses import is_loopback_address
 from petlab.client.analyst import main as analyst_main
@@ -103,17 +99,11 @@ def test_an_owner_cannot_use_another_owners_keys(serve, hosted, tmp_path):
             assert classify(bob, bobs).code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_path):
+def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_path, silent_requests):
     """Alice holds her one upload slot with a stream that sends nothing and asks for more than her
     quota: she is refused (RESOURCE_EXHAUSTED). Bob still gets an upload slot and room: his junk
     upload reaches verification (INVALID_ARGUMENT), and his stored key stays."""
     limits = ServiceLimits(upload_slots=2, owner_upload_slots=1, first_chunk_seconds=5)
-    release = threading.Event()
-
-    def silent():
-        release.wait(20)
-        return
-        yield
 
     def upload(stub, size: int, data: bytes = b"junk") -> grpc.RpcError:
         first = knn_pb2.KeyChunk(
@@ -129,7 +119,7 @@ def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_p
         address = f"127.0.0.1:{running.port}"
         with make_channel(address, token=ALICE) as alice, make_channel(address, token=BOB) as bob:
             alice_stub, bob_stub = knn_pb2_grpc.KnnServiceStub(alice), knn_pb2_grpc.KnnServiceStub(bob)
-            held = alice_stub.RegisterKeys.future(silent(), timeout=15)
+            held = alice_stub.RegisterKeys.future(silent_requests(), timeout=15)
             time.sleep(0.5)  # alice's idle upload takes her one upload slot (and holds it)
             assert not held.done(), held.exception()
             second = upload(alice_stub, 4)
@@ -137,7 +127,7 @@ def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_p
                 second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "you already have" in second.details()
             )
             assert upload(bob_stub, 4).code() == grpc.StatusCode.INVALID_ARGUMENT
-            release.set()
+            silent_requests.release.set()
             with pytest.raises(grpc.RpcError):
                 held.result(timeout=15)
             over = upload(alice_stub, 1001)
@@ -145,41 +135,12 @@ def test_one_owners_exhausted_quota_does_not_refuse_another(serve, hosted, tmp_p
         assert bobs in {k.key_id for k in running.keys.entries()}
 
 
-def _certificate(common_name: str, issuer_key=None, issuer=None):
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer or subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
-    )
-    return key, builder.sign(issuer_key or key, hashes.SHA256())
-
-
-def _pem(directory: Path, name: str, key, certificate) -> tuple[Path, Path]:
-    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.pem"
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    return key_path, cert_path
-
-
 def test_client_certificate_names_the_owner(serve, hosted, tmp_path):
-    ca_key, ca = _certificate("petlab test CA")
-    _, ca_path = _pem(tmp_path, "ca", ca_key, ca)
-    server_key, server_cert = _pem(tmp_path, "server", *_certificate("localhost", ca_key, ca.subject))
+    ca_key, ca = certificate("petlab test CA")
+    _, ca_path = write_pem(tmp_path, "ca", ca_key, ca)
+    server_key, server_cert = write_pem(tmp_path, "server", *certificate("localhost", ca_key, ca.subject))
     devices = {
-        name: _pem(tmp_path, name, *_certificate(name, ca_key, ca.subject)) for name in ("dev-a", "dev-b")
+        name: write_pem(tmp_path, name, *certificate(name, ca_key, ca.subject)) for name in ("dev-a", "dev-b")
     }
     tls = {"host": "localhost", "tls_cert": server_cert, "tls_key": server_key, "tls_client_ca": ca_path}
     with serve(tmp_path / "data", hosted, **tls) as running:

@@ -1,5 +1,7 @@
 import hashlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -138,30 +140,41 @@ def test_unverified_upload_never_evicts_other_keys(tmp_path):
     assert [k.key_id for k in store.entries()] == [stored.key_id]
 
 
+@contextmanager
+def upload_in_flight(store, owner: str, data: bytes) -> Iterator[list]:
+    """While the block runs, ``owner``'s upload of ``data`` is in flight: a thread streams its first
+    10 bytes and holds the rest. After the block the rest is sent and the thread joined; the yielded
+    list then holds the stored key (empty if the upload failed)."""
+    entered, release = threading.Event(), threading.Event()
+    outcome: list = []
+
+    def held_chunks():
+        yield data[:10]
+        entered.set()
+        release.wait(10)
+        yield data[10:]
+
+    digest = hashlib.sha256(data).hexdigest()
+    worker = threading.Thread(
+        target=lambda: outcome.append(store.put("iris", owner, len(data), digest, held_chunks()))
+    )
+    worker.start()
+    try:
+        assert entered.wait(10)
+        yield outcome
+    finally:
+        release.set()
+        worker.join(10)
+
+
 def test_staging_bytes_count_against_the_cap(tmp_path):
     """Attack: uploads in flight were not counted, so 8 concurrent uploads of the cap each could
     fill 8x the cap of disk. An announced size is reserved while the upload streams."""
     store = KeyStore(tmp_path, max_bytes=100, idle_seconds=1e6)
     data = b"s" * 70
     digest = hashlib.sha256(data).hexdigest()
-    entered, release = threading.Event(), threading.Event()
-    outcome: list = []
-
-    def slow_chunks():
-        yield data[:10]
-        entered.set()
-        release.wait(10)
-        yield data[10:]
-
-    worker = threading.Thread(
-        target=lambda: outcome.append(store.put("iris", "a", 70, digest, slow_chunks()))
-    )
-    worker.start()
-    assert entered.wait(10)
-    with pytest.raises(KeyTooLarge, match="busy"):
+    with upload_in_flight(store, "a", data) as outcome, pytest.raises(KeyTooLarge, match="busy"):
         store.put("iris", "b", 70, digest, [data])
-    release.set()
-    worker.join(10)
     assert len(outcome) == 1 and outcome[0].size == 70
     again = store.put("iris", "b", 70, digest, [data])  # the reservation was released
     assert again.size == 70
@@ -201,25 +214,11 @@ def test_one_owners_exhausted_quota_leaves_others_alone(tmp_path):
     upload is refused, B's goes through."""
     store = KeyStore(tmp_path, 100, 1e6, quota=OwnerQuota(max_bytes=40, max_keys=2))
     data = b"s" * 40
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_chunks():
-        yield data[:10]
-        entered.set()
-        release.wait(10)
-        yield data[10:]
-
-    worker = threading.Thread(
-        target=lambda: store.put("iris", "alice", 40, hashlib.sha256(data).hexdigest(), slow_chunks())
-    )
-    worker.start()
-    assert entered.wait(10)
-    with pytest.raises(OwnerQuotaExceeded, match="your uploads in flight"):
-        put_as(store, "alice", b"x" * 5)
-    assert store.usage("alice").uploading_bytes == 40
-    assert put_as(store, "bob", b"y" * 40).owner == "bob"
-    release.set()
-    worker.join(10)
+    with upload_in_flight(store, "alice", data):
+        with pytest.raises(OwnerQuotaExceeded, match="your uploads in flight"):
+            put_as(store, "alice", b"x" * 5)
+        assert store.usage("alice").uploading_bytes == 40
+        assert put_as(store, "bob", b"y" * 40).owner == "bob"
     with pytest.raises(OwnerQuotaExceeded, match="exceed your quota"):
         put_as(store, "alice", b"x" * 41)
     assert store.usage("alice") == OwnerUsage(keys=1, stored_bytes=40, uploading_bytes=0)

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tls_certificates import certificate, write_pem
 
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.crypto.knn.model import KnnSettings
@@ -32,45 +27,12 @@ def hosted(hosted_model):
     return {"iris": hosted_model("iris", KnnSettings(n=6, k=3, algorithm="fast"))}
 
 
-def make_cert(common_name: str, issuer_key=None, issuer_name=None, is_ca=False):
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name or subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-    )
-    if not is_ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False
-        )
-    certificate = builder.sign(issuer_key or key, hashes.SHA256())
-    return key, certificate
-
-
-def write_pem(directory: Path, name: str, key, certificate) -> tuple[Path, Path]:
-    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.pem"
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    return key_path, cert_path
-
-
 def test_mutual_tls(serve, hosted, tmp_path):
-    ca_key, ca_cert = make_cert("petlab test CA", is_ca=True)
+    ca_key, ca_cert = certificate("petlab test CA")
     _, ca_path = write_pem(tmp_path, "ca", ca_key, ca_cert)
-    server_key, server_cert = make_cert("localhost", ca_key, ca_cert.subject)
+    server_key, server_cert = certificate("localhost", ca_key, ca_cert.subject)
     server_key_path, server_cert_path = write_pem(tmp_path, "server", server_key, server_cert)
-    client_key, client_cert = make_cert("device-1", ca_key, ca_cert.subject)
+    client_key, client_cert = certificate("device-1", ca_key, ca_cert.subject)
     client_key_path, client_cert_path = write_pem(tmp_path, "client", client_key, client_cert)
     with serve(
         tmp_path / "data",
