@@ -75,13 +75,13 @@ def health_status(port: int) -> int:
 @pytest.mark.slow
 def test_cluster_answers_equal_in_process_answers(running, remote, prepared, rows, local_cluster):
     single = [remote.classify(prepared, row) for row in rows[:2]]
-    batch = remote.classify_batch(prepared, rows[:4])
+    batch = remote.classify_batch(prepared, rows[1:4])
     expected = reference(running, rows[:4])  # what the in-process evaluation answers (test_grpc)
-    assert single == expected[:2] and batch == expected
+    assert single == expected[:2] and batch == expected[1:]
     info = local_cluster.client.run(worker_cache_info)
-    assert sum(i["evaluations"] for i in info.values()) >= 7  # warm-up, 2 single, 4 batched
+    assert sum(i["evaluations"] for i in info.values()) >= 6  # warm-up, 2 single, 3 batched
     # each worker loaded the model at most once and deserialised this client's keys at most once,
-    # and the key bytes left the front end once for all seven evaluations
+    # and the key bytes left the front end once for all six evaluations
     assert all(i["models"] <= 1 and i["keys"] <= 1 for i in info.values()), info
     assert running.cluster.key_scatters == 1
     assert running.cluster.in_flight() == {}  # every evaluation counted as done once answered

@@ -333,7 +333,7 @@ def test_models_say_which_algorithm_runs(remote, running):
 
 @pytest.mark.slow
 def test_concurrent_clients_are_all_correct(running, remote, iris_prepared, held_out):
-    rows = held_out[10:16]
+    rows = held_out[10:14]  # four clients at once: one more than the server's 3 evaluation slots
     answers: dict[int, int] = {}
 
     def work(i: int) -> None:
