@@ -257,8 +257,7 @@ class ReleaseAudit:
                 f"group of {self.threshold} or more records span {len(vanishing)} dimensions over "
                 f"{len(support)} small atoms, beyond its memory or work cap"
             )
-        reduced, _ = rref(vanishing[:, support], p)
-        return self._search(reduced, sizes, support, p)
+        return self._search(_reduced(vanishing[:, support], p), sizes, support, p)
 
     def _search(self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int) -> Finding | None:
         try:
@@ -445,6 +444,18 @@ _CHUNK = 1024  # functionals gathered over the atoms at once
 
 class _Capacity(Exception):
     """The kept basis would exceed ``max_entries``: the audit cannot certify."""
+
+
+def _reduced(rows: np.ndarray, p: int) -> np.ndarray:
+    """``rows`` in reduced row echelon form mod p: sorted by their first nonzero column when that
+    already is one (B_2 usually is: ``reduced_basis``), else by elimination. The form is unique, so
+    either way the search gets what the batch audit gives it."""
+    first = (rows != 0).argmax(axis=1)
+    ordered = rows[np.argsort(first, kind="stable")]
+    leads = np.sort(first)
+    if len(ordered) and np.all(np.diff(leads) > 0) and np.array_equal(ordered[:, leads], np.eye(len(leads))):
+        return ordered
+    return rref(rows, p)[0]
 
 
 def _key(functionals: list[Functional]) -> tuple:
