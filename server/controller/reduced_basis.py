@@ -102,9 +102,9 @@ class ReducedBasis:
         piece[old_of_new[big][::-1]] = big[::-1]
         pivots = piece[self.pivots]
         orphan = ~large[pivots] & rows[:, large].any(axis=1)
-        kept = ReducedBasis(rows[~orphan], pivots[~orphan], large, self.p)
         if not orphan.any():
-            return kept
+            return ReducedBasis(rows, pivots, large, self.p)
+        kept = ReducedBasis(rows[~orphan], pivots[~orphan], large, self.p)
         return kept.extended(rows[orphan])
 
     def extended(self, new_rows: np.ndarray) -> ReducedBasis:
@@ -116,10 +116,13 @@ class ReducedBasis:
 
     def _extended_once(self, new_rows: np.ndarray) -> ReducedBasis:
         tick()
+        if self.rank == len(self.large):  # B spans every vector over the atoms: nothing to add
+            return self
         p = self.p
         rest = new_rows % p
-        if self.rank:
-            rest = (rest - matmul(rest[:, self.pivots], self.rows, p)) % p
+        if self.rank:  # x - x[P] B as (B^T x[P]^T)^T: matmul converts its left factor once, its
+            # right one in two limbs, so the basis (the large factor) is copied once, not three times
+            rest = (rest - matmul(self.rows.T, rest[:, self.pivots].T, p).T) % p
         order = np.concatenate([np.flatnonzero(self.large), np.flatnonzero(~self.large)])
         reduced_ordered, local = rref(rest[:, order], p)
         if not len(reduced_ordered):
