@@ -54,7 +54,9 @@ def random_box(rng: np.random.Generator, data: pd.DataFrame, columns: list[str])
     return mask
 
 
-def random_rows(rng: np.random.Generator, data: pd.DataFrame, columns: list[str], count: int) -> list[Functional]:
+def random_rows(
+    rng: np.random.Generator, data: pd.DataFrame, columns: list[str], count: int
+) -> list[Functional]:
     seen: set[tuple[bytes, str | None]] = set()
     out: list[Functional] = []
     while len(out) < count:
@@ -102,7 +104,9 @@ def bench_incremental(
             batch_seconds = batch_peak = None
             agree = ""
             if size <= batch_max_rows:
-                batch, batch_seconds, batch_peak = timed(lambda audit=audit, c=candidate: audit.check_batch(c))
+                batch, batch_seconds, batch_peak = timed(
+                    lambda audit=audit, c=candidate: audit.check_batch(c)
+                )
                 agree = "yes" if outcome(batch) == outcome(incremental) else "NO"
             row = {
                 "data": label,
@@ -123,7 +127,11 @@ def bench_incremental(
                 f"{label} [{workload}]: {size:>6} rows, {row['atoms']:>5} atoms, rank {row['rank']:>5}, "
                 f"basis {row['basis_mb']} MB; replay {replay:.1f} s; audit {seconds:.3f} s, "
                 f"peak {peak:.1f} MB; batch "
-                + (f"{batch_seconds:.3f} s, peak {batch_peak:.1f} MB" if batch_seconds is not None else "not run")
+                + (
+                    f"{batch_seconds:.3f} s, peak {batch_peak:.1f} MB"
+                    if batch_seconds is not None
+                    else "not run"
+                )
                 + f" ({row['outcome']})",
                 flush=True,
             )

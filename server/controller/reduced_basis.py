@@ -89,7 +89,11 @@ class ReducedBasis:
         large = np.asarray(large, dtype=bool)
         old_of_new = np.asarray(old_of_new, dtype=np.int64)
         n_old, n_new = len(self.large), len(old_of_new)
-        if n_old == n_new and np.array_equal(large, self.large) and np.array_equal(old_of_new, np.arange(n_new)):
+        if (
+            n_old == n_new
+            and np.array_equal(large, self.large)
+            and np.array_equal(old_of_new, np.arange(n_new))
+        ):
             return self
         if not self.rank:
             return ReducedBasis.empty(large, self.p)

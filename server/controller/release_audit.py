@@ -26,19 +26,25 @@ How, exactly and without a dense sets x records matrix:
 1. Atoms: classes of records that every released functional weighs alike. Every vector of the
    row space is constant on atoms, so only unions of atoms can be determined, and only atoms of
    fewer than t records (small atoms) can be in a determined group of fewer than t records.
-2. Let M_L be M on the large atoms and Y a basis of its left null space: the combinations of
-   released functionals that vanish on every large atom. Their values on the small atoms span
-   V = R(M) restricted to combinations zero on large atoms, the space every determined small
-   group's indicator lies in.
-3. Three uniform random elements of V give its support (an atom of the support is missed with
-   probability p^-3); atoms outside the support belong to no determined group. An empty support
-   ends the audit: nothing is determined, completely.
-4. A basis of V on its support: D uniform random combinations of Y's rows times M, D doubled
-   (adding rows to the reduced basis) until their rank is at most D - 8 (then D uniform vectors of
-   V fail to span it with probability below 2 p^-8), or all of Y's rows once D reaches their number
-   (exact).
-5. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
-   whose atoms total fewer than t records.
+2. V = R(M) restricted to combinations zero on the large atoms: the space every determined small
+   group's indicator lies in. Since issue 30 (point 3) it is read off a basis kept between checks
+   (``reduced_basis``): per prime, the released rows over the atoms in reduced form with the
+   large atoms' columns first, so V is spanned, exactly, by the rows whose pivot is a small atom.
+   A check refines the kept basis to the new atoms (a split atom's column is duplicated; a row
+   that loses its large pivot is reduced again) and reduces the new rows against it once;
+   :meth:`ReleaseAudit.record` keeps the result. Released rows are never read again, so one check
+   costs O(rank x atoms) per new row, the state is rank x atoms residues per prime (rank <= atoms
+   <= records, whatever the number of rows), and a restart replays the rows into the basis.
+3. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
+   whose atoms total fewer than t records, on V's reduced form over its support (the atoms where
+   some vector of V is nonzero).
+
+:meth:`ReleaseAudit.check_batch` is the audit before point 3, kept as the reference the
+incremental one is tested against (same decision on random histories): it rebuilds V from all
+released rows, a left null space Y of M on the large atoms (an m x m matrix), three random
+elements of V for its support (an atom missed with probability p^-3) and D random combinations
+for its basis (incomplete with probability below 2 p^-8). Its reduced form on the support is the
+same matrix, as a reduced form is unique, so both give the search the same input.
 
 All arithmetic is modulo random primes (``modular``, which states the error bound: below
 B / 1.05e9 per prime, B the sum of log2 of the released rows' norms; two primes by default, a
@@ -51,13 +57,16 @@ of 99; Kleinberg, Papadimitriou and Raghavan 2000 show that auditing under such 
 Boolean ones, is coNP-hard); quantiles and other order statistics (covered by their own rules);
 what refusals tell (``service``: each refusal is a bit, bounded per person).
 
-When the audit cannot finish (the basis would exceed ``max_entries`` numbers or ``max_work``
-operations to reduce, or the search its node budget) it refuses: a long history of fine-grained
-releases eventually stops releasing, which costs utility, never privacy. Cost per check: one
-RREF of M_L^T (at most N/t x m), a pass over the released bits on the small atoms (m x A_S,
-float64 BLAS in blocks), the basis (D x support) and the search; state kept between checks: the
-released functionals as packed bits (m N / 8 bytes) and each record's atom (N integers).
-``petlab-experiments audit-bench`` measures it.
+When the audit cannot finish (the kept basis would exceed ``max_entries`` numbers, V's basis
+``max_entries`` or ``max_work`` operations to search, or the search its node budget) it refuses: a
+long history of fine-grained releases eventually stops releasing, which costs utility, never
+privacy. These caps are the only place where the incremental and the batch audit can decide
+differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
+little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
+(k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)
+and the search (d^2 x support per node); state kept between checks: the released functionals as
+packed bits (m N / 8 bytes, for the pairwise rule), each record's atom (N integers) and the bases.
+``petlab-experiments audit-bench --incremental`` measures it beside the batch audit.
 """
 
 from __future__ import annotations

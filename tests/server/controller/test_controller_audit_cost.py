@@ -2,9 +2,10 @@
 analyses, through the gRPC API on the shipped 5,000-record sample.
 
 The attack: one person releases a hundred distinct counts over age ranges (each splits the records
-no finer than the age codes, so their rank is at most the codes') and repeats a table. Before issue 30 every repeat added its rows to the history, and every later decision
-rebuilt the audit from all released rows (a left null space of an m x m matrix): the next person
-waited on work that grew with the rows squared. Now a repeat adds nothing, and the audit keeps a
+no finer than the age codes, so their rank is at most the codes') and repeats a table. Before
+issue 30 every repeat added its rows to the history, and every later decision rebuilt the audit
+from all released rows (a left null space of an m x m matrix): the next person waited on work that
+grew with the rows squared. Now a repeat adds nothing, and the audit keeps a
 reduced basis (rank x atoms, ``reduced_basis``) that a new analysis's own rows are reduced against:
 another person's count reads only its own rows, whatever the history holds.
 """
@@ -15,7 +16,6 @@ import io
 import json
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

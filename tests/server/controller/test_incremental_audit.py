@@ -42,7 +42,9 @@ def kept_space(audit: ReleaseAudit) -> np.ndarray:
     return rref(vanishing[:, ~basis.large], P)[0]
 
 
-def random_forms(rng: np.random.Generator, data: pd.DataFrame, k: int, coarse: bool = False) -> list[Functional]:
+def random_forms(
+    rng: np.random.Generator, data: pd.DataFrame, k: int, coarse: bool = False
+) -> list[Functional]:
     """k random forms: sets, blocks of consecutive records, sums. ``coarse``: sums over large sets,
     which make large atoms that are not pivots, so that later splits leave rows without a large
     pivot (the hard case of ``reduced_basis``)."""
