@@ -38,6 +38,7 @@ WORKLOADS = {
     "all 11 columns (full domain)": None,
 }
 ORDERED = ("age", "hpw")
+MISSES = 20_000
 
 
 def random_box(rng: np.random.Generator, data: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -59,19 +60,17 @@ def random_rows(
     rng: np.random.Generator, data: pd.DataFrame, columns: list[str], count: int
 ) -> list[Functional]:
     """Up to ``count`` distinct random rows; fewer when the workload's columns have fewer distinct
-    boxes (drawing stops after ``count`` draws in a row gave nothing new)."""
+    boxes (drawing stops after ``count`` + ``MISSES`` draws)."""
     seen: set[tuple[bytes, str | None]] = set()
     out: list[Functional] = []
-    misses = 0
-    while len(out) < count and misses < count:
+    draws = 0
+    while len(out) < count and draws < count + MISSES:
+        draws += 1
         functional = Functional.of(random_box(rng, data, columns), "hpw" if rng.random() < 0.2 else None)
         key = (functional.members.tobytes(), functional.weight)
-        if key in seen:
-            misses += 1
-            continue
-        seen.add(key)
-        out.append(functional)
-        misses = 0
+        if key not in seen:
+            seen.add(key)
+            out.append(functional)
     return out
 
 
@@ -103,7 +102,10 @@ def bench_incremental(
         primes = ReleaseAudit(data).primes  # one pair for the workload: the same audits compared
         for size in sorted(sizes):
             if size > len(released):
-                print(f"{label} [{workload}]: only {len(released)} distinct rows exist; {size} skipped")
+                print(
+                    f"{label} [{workload}]: only {len(released)} distinct rows drawn "
+                    f"(the boxes run out); {size} skipped"
+                )
                 continue
             audit = ReleaseAudit(data, primes=primes, rng=np.random.default_rng(seed))
             start = time.perf_counter()
