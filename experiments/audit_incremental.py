@@ -114,12 +114,13 @@ def bench_incremental(
             candidate = [Functional.of(random_box(rng, data, columns))]
             incremental, seconds, peak = timed(lambda audit=audit, c=candidate: audit.check(c))
             batch_seconds = batch_peak = None
-            agree = ""
+            agree = batch_outcome = ""
             if size <= batch_max_rows:
                 batch, batch_seconds, batch_peak = timed(
                     lambda audit=audit, c=candidate: audit.check_batch(c)
                 )
-                agree = "yes" if outcome(batch) == outcome(incremental) else "NO"
+                batch_outcome = outcome(batch)
+                agree = "yes" if batch_outcome == outcome(incremental) else "NO"
             row = {
                 "data": label,
                 "workload": workload,
@@ -134,6 +135,7 @@ def bench_incremental(
                 "batch_audit_peak_mb": None if batch_peak is None else round(batch_peak, 1),
                 "same_decision": agree,
                 "outcome": outcome(incremental),
+                "batch_outcome": batch_outcome,
             }
             print(
                 f"{label} [{workload}]: {size:>6} rows, {row['atoms']:>5} atoms, rank {row['rank']:>5}, "
