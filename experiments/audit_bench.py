@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from petlab.experiments import markdown
+from petlab.experiments.audit_incremental import bench_incremental
 from petlab.plaindata import acs_sample_path
 from petlab.server.controller.analyses import AnalysisError, evaluate
 from petlab.server.controller.output_checking import check
@@ -263,12 +264,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--regions-time-limit", type=float, default=600.0, help="stop the region bench past this replay time"
     )
+    parser.add_argument(
+        "--incremental",
+        default="",
+        help="also bench the incremental audit against the batch one at these numbers of released rows "
+        "(comma-separated, e.g. 1000,10000,100000)",
+    )
+    parser.add_argument(
+        "--batch-max-rows", type=int, default=3000, help="run the batch audit beside it up to this many rows"
+    )
+    parser.add_argument(
+        "--incremental-time-limit",
+        type=float,
+        default=600.0,
+        help="stop a workload of the incremental bench past this replay time (seconds)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     sizes = tuple(int(s) for s in args.sizes.split(",") if s)
     rows = []
     region_rows = []
+    incremental_rows = []
     for path in args.data or [acs_sample_path()]:
         data = pd.read_csv(path)
         if sizes:
@@ -277,6 +294,17 @@ def run(args: argparse.Namespace) -> int:
             region_sizes = tuple(int(s) for s in args.regions.split(","))
             limit = args.regions_time_limit
             region_rows += bench_regions(data, Path(path).name, region_sizes, args.seed, limit)
+        if args.incremental:
+            incremental_rows += bench_incremental(
+                data,
+                Path(path).name,
+                tuple(int(s) for s in args.incremental.split(",")),
+                args.seed,
+                args.batch_max_rows,
+                args.incremental_time_limit,
+            )
+    if incremental_rows:
+        _write(args.out.with_name(args.out.stem + "_incremental.csv"), incremental_rows)
     if region_rows:
         _write(args.out.with_name(args.out.stem + "_regions.csv"), region_rows)
     if rows:

@@ -26,19 +26,25 @@ How, exactly and without a dense sets x records matrix:
 1. Atoms: classes of records that every released functional weighs alike. Every vector of the
    row space is constant on atoms, so only unions of atoms can be determined, and only atoms of
    fewer than t records (small atoms) can be in a determined group of fewer than t records.
-2. Let M_L be M on the large atoms and Y a basis of its left null space: the combinations of
-   released functionals that vanish on every large atom. Their values on the small atoms span
-   V = R(M) restricted to combinations zero on large atoms, the space every determined small
-   group's indicator lies in.
-3. Three uniform random elements of V give its support (an atom of the support is missed with
-   probability p^-3); atoms outside the support belong to no determined group. An empty support
-   ends the audit: nothing is determined, completely.
-4. A basis of V on its support: D uniform random combinations of Y's rows times M, D doubled
-   (adding rows to the reduced basis) until their rank is at most D - 8 (then D uniform vectors of
-   V fail to span it with probability below 2 p^-8), or all of Y's rows once D reaches their number
-   (exact).
-5. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
-   whose atoms total fewer than t records.
+2. V = R(M) restricted to combinations zero on the large atoms: the space every determined small
+   group's indicator lies in. Since issue 30 (point 3) it is read off a basis kept between checks
+   (``reduced_basis``): per prime, the released rows over the atoms in reduced form with the
+   large atoms' columns first, so V is spanned, exactly, by the rows whose pivot is a small atom.
+   A check refines the kept basis to the new atoms (a split atom's column is duplicated; a row
+   that loses its large pivot is reduced again) and reduces the new rows against it once;
+   :meth:`ReleaseAudit.record` keeps the result. Released rows are never read again, so one check
+   costs O(rank x atoms) per new row, the state is rank x atoms residues per prime (rank <= atoms
+   <= records, whatever the number of rows), and a restart replays the rows into the basis.
+3. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
+   whose atoms total fewer than t records, on V's reduced form over its support (the atoms where
+   some vector of V is nonzero).
+
+:meth:`ReleaseAudit.check_batch` is the audit before point 3, kept as the reference the
+incremental one is tested against (same decision on random histories): it rebuilds V from all
+released rows, a left null space Y of M on the large atoms (an m x m matrix), three random
+elements of V for its support (an atom missed with probability p^-3) and D random combinations
+for its basis (incomplete with probability below 2 p^-8). Its reduced form on the support is the
+same matrix, as a reduced form is unique, so both give the search the same input.
 
 All arithmetic is modulo random primes (``modular``, which states the error bound: below
 B / 1.05e9 per prime, B the sum of log2 of the released rows' norms; two primes by default, a
@@ -51,13 +57,16 @@ of 99; Kleinberg, Papadimitriou and Raghavan 2000 show that auditing under such 
 Boolean ones, is coNP-hard); quantiles and other order statistics (covered by their own rules);
 what refusals tell (``service``: each refusal is a bit, bounded per person).
 
-When the audit cannot finish (the basis would exceed ``max_entries`` numbers or ``max_work``
-operations to reduce, or the search its node budget) it refuses: a long history of fine-grained
-releases eventually stops releasing, which costs utility, never privacy. Cost per check: one
-RREF of M_L^T (at most N/t x m), a pass over the released bits on the small atoms (m x A_S,
-float64 BLAS in blocks), the basis (D x support) and the search; state kept between checks: the
-released functionals as packed bits (m N / 8 bytes) and each record's atom (N integers).
-``petlab-experiments audit-bench`` measures it.
+When the audit cannot finish (the kept basis would exceed ``max_entries`` numbers, V's basis
+``max_entries`` or ``max_work`` operations to search, or the search its node budget) it refuses: a
+long history of fine-grained releases eventually stops releasing, which costs utility, never
+privacy. These caps are the only place where the incremental and the batch audit can decide
+differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
+little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
+(k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)
+and the search (d^2 x support per node); state kept between checks: the released functionals as
+packed bits (m N / 8 bytes, for the pairwise rule), each record's atom (N integers) and the bases.
+``petlab-experiments audit-bench --incremental`` measures it beside the batch audit.
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ from petlab.server.controller.modular import (
     rref,
     times_bits,
 )
+from petlab.server.controller.reduced_basis import ReducedBasis
 from petlab.server.controller.small_groups import SearchBudget, find_group
 
 SUPPORT_SAMPLES = 3
@@ -129,7 +139,7 @@ class ReleaseAudit:
     threshold: int = 10
     primes: tuple[int, ...] = ()
     rng: np.random.Generator | None = None
-    max_entries: int = 25_000_000  # numbers in the basis of the space on the small atoms
+    max_entries: int = 25_000_000  # numbers in the kept basis (rank x atoms), or the space on the small atoms
     max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
     search_budget: int = 20_000
     n_primes: int = 2
@@ -139,6 +149,8 @@ class ReleaseAudit:
     _log2_norms: float = field(init=False, default=0.0)
     _residues: dict[tuple[str, int], np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _scales: dict[str, int] = field(init=False, default_factory=dict, repr=False)
+    _bases: dict[int, ReducedBasis] = field(init=False, default_factory=dict, repr=False)
+    _pending: tuple | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.data)
@@ -151,6 +163,9 @@ class ReleaseAudit:
         self._weights = [None]
         self._atoms = np.zeros(n, dtype=np.int64)
         self._log2_norms = row_log2_norm(np.ones(1)) + 0.5 * np.log2(max(n, 1))
+        large = np.array([n >= self.threshold]) if n else np.zeros(0, dtype=bool)
+        for p in self.primes:
+            self._bases[p] = ReducedBasis.empty(large, p).extended(np.ones((1, len(large)), dtype=np.int64))
 
     # ---------------------------------------------------------------- the history
 
@@ -172,14 +187,29 @@ class ReleaseAudit:
         return miss_probability(self._log2_norms, len(self.primes))
 
     def state_bytes(self) -> int:
-        """Bytes the audit keeps between checks: the packed released functionals and the atoms."""
-        return len(self._weights) * self._bits.shape[1] + self._atoms.nbytes
+        """Bytes the audit keeps between checks: the packed released functionals, the atoms and
+        the reduced bases (8 bytes per residue)."""
+        return len(self._weights) * self._bits.shape[1] + self._atoms.nbytes + 8 * self.basis_entries()
+
+    def basis_entries(self) -> int:
+        """Residues in the kept bases, over all primes (rank x atoms each)."""
+        return sum(basis.entries for basis in self._bases.values())
+
+    def rank(self) -> int:
+        """The rank of everything released over the atoms (modulo the first prime)."""
+        return self._bases[self.primes[0]].rank
 
     def record(self, functionals: list[Functional]) -> None:
         """Add released functionals to the history (after :meth:`check` passed, or on replay)."""
         for functional in functionals:
             self._validate(functional)
-        self._atoms = self._refined(functionals)
+        atoms = self._refined(functionals)
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] == _key(functionals) and np.array_equal(pending[1], atoms):
+            self._bases = pending[2]
+        else:
+            self._bases = self._extended(functionals, atoms)
+        self._atoms = atoms
         needed = len(self._weights) + len(functionals)
         if needed > len(self._bits):
             grown = np.zeros((max(needed, 2 * len(self._bits)), self._bits.shape[1]), dtype=np.uint8)
@@ -198,7 +228,92 @@ class ReleaseAudit:
 
     def check(self, functionals: list[Functional]) -> Finding | None:
         """Why releasing ``functionals`` after the history would determine a group of 1 to t - 1
-        records (or why the audit cannot tell), or None."""
+        records (or why the audit cannot tell), or None. Incremental: the kept bases are refined
+        and extended by ``functionals`` only (``reduced_basis``); :meth:`record` reuses the result."""
+        for functional in functionals:
+            self._validate(functional)
+        atoms = self._refined(functionals)
+        sizes = np.bincount(atoms)
+        if not (sizes < self.threshold).any():
+            return None
+        try:
+            bases = self._extended(functionals, atoms, capped=True)
+        except _Capacity:
+            return Finding(
+                f"the audit cannot certify the release: the basis of the released forms would "
+                f"exceed {self.max_entries} numbers"
+            )
+        self._pending = (_key(functionals), atoms, bases)
+        for p in self.primes:
+            finding = self._decide(bases[p], sizes, p)
+            if finding is not None:
+                return finding
+        return None
+
+    def _decide(self, basis: ReducedBasis, sizes: np.ndarray, p: int) -> Finding | None:
+        """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support."""
+        vanishing = basis.vanishing_on_large()
+        if not len(vanishing):
+            return None
+        support = np.flatnonzero(vanishing.any(axis=0))
+        if not len(support):
+            return None
+        if len(vanishing) * len(support) > self.max_entries or (
+            len(vanishing) ** 2 * len(support) > self.max_work
+        ):
+            return Finding(
+                f"the audit cannot certify the release: the combinations that vanish on every "
+                f"group of {self.threshold} or more records span {len(vanishing)} dimensions over "
+                f"{len(support)} small atoms, beyond its memory or work cap"
+            )
+        return self._search(_reduced(vanishing[:, support], p), sizes, support, p)
+
+    def _search(self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int) -> Finding | None:
+        try:
+            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget, self.max_work)
+        except SearchBudget:
+            return Finding(
+                f"the audit cannot certify the release: the search for a determined group of fewer "
+                f"than {self.threshold} records needed more than its budget of steps or work"
+            )
+        if found is None:
+            return None
+        size = int(sizes[support][found].sum())
+        return Finding(
+            f"a group of {size} record(s) ({len(found)} atom(s)) would have its count and sums "
+            f"determined: its indicator would be a linear combination of the released functionals",
+            size,
+        )
+
+    def _extended(self, functionals: list[Functional], atoms: np.ndarray, capped: bool = False) -> dict:
+        """Each prime's basis over ``atoms`` (the refined atoms) with ``functionals`` added."""
+        large = np.bincount(atoms) >= self.threshold
+        representatives = np.empty(len(large), dtype=np.int64)
+        representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]  # each atom's first record
+        old_of_new = self._atoms[representatives]
+        bits = np.stack([f.members for f in functionals]) if functionals else None
+        weights = [f.weight for f in functionals]
+        out = {}
+        for p, basis in self._bases.items():
+            refined = basis.refined(old_of_new, large)
+            if bits is not None:
+                for start in range(0, len(functionals), _CHUNK):
+                    rows = self._over_atoms(
+                        bits[start : start + _CHUNK], weights[start : start + _CHUNK], representatives, p
+                    )
+                    refined = refined.extended(rows)
+                    if capped and refined.entries > self.max_entries:
+                        raise _Capacity
+            if capped and refined.entries > self.max_entries:
+                raise _Capacity
+            out[p] = refined
+        return out
+
+    def check_batch(self, functionals: list[Functional]) -> Finding | None:
+        """The audit as it was before the kept bases (issue 22): V rebuilt from the whole history,
+        a left null space of the released rows on the large atoms (an m x m matrix) and sampled
+        combinations. The reference the incremental :meth:`check` is tested against; not used by
+        the server."""
         for functional in functionals:
             self._validate(functional)
         atoms = self._refined(functionals)
@@ -251,21 +366,7 @@ class ReleaseAudit:
             if exact or len(basis) <= depth - SPAN_MARGIN:
                 break
             depth *= 2
-        try:
-            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget, self.max_work)
-        except SearchBudget:
-            return Finding(
-                f"the audit cannot certify the release: the search for a determined group of fewer "
-                f"than {self.threshold} records needed more than its budget of steps or work"
-            )
-        if found is None:
-            return None
-        size = int(sizes[support][found].sum())
-        return Finding(
-            f"a group of {size} record(s) ({len(found)} atom(s)) would have its count and sums "
-            f"determined: its indicator would be a linear combination of the released functionals",
-            size,
-        )
+        return self._search(basis, sizes, support, p)
 
     # ---------------------------------------------------------------- helpers
 
@@ -345,3 +446,26 @@ class ReleaseAudit:
                     product = matmul(part, gathered * self._weight_residues(weight, p)[block][None, :], p)
                 out[:, start : start + 8192] = (out[:, start : start + 8192] + product) % p
         return out
+
+
+_CHUNK = 1024  # functionals gathered over the atoms at once
+
+
+class _Capacity(Exception):
+    """The kept basis would exceed ``max_entries``: the audit cannot certify."""
+
+
+def _reduced(rows: np.ndarray, p: int) -> np.ndarray:
+    """``rows`` in reduced row echelon form mod p: sorted by their first nonzero column when that
+    already is one (B_2 usually is: ``reduced_basis``), else by elimination. The form is unique, so
+    either way the search gets what the batch audit gives it."""
+    first = (rows != 0).argmax(axis=1)
+    ordered = rows[np.argsort(first, kind="stable")]
+    leads = np.sort(first)
+    if len(ordered) and np.all(np.diff(leads) > 0) and np.array_equal(ordered[:, leads], np.eye(len(leads))):
+        return ordered
+    return rref(rows, p)[0]
+
+
+def _key(functionals: list[Functional]) -> tuple:
+    return tuple((f.members.tobytes(), f.weight) for f in functionals)

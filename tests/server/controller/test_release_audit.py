@@ -172,10 +172,13 @@ def test_an_audit_that_cannot_finish_refuses():
 
 
 def test_state_is_packed_bits_and_atoms():
-    """What the audit keeps: m packed rows of N bits and one atom index per record."""
+    """What the audit keeps: m packed rows of N bits, one atom index per record and the reduced
+    basis, rank x atoms residues (issue 30)."""
     n = 100_000
     data = pd.DataFrame({"v": np.zeros(n)})
     audit = ReleaseAudit(data, 10, primes=(P,))
     rng = np.random.default_rng(4)
     audit.record([Functional.of(rng.random(n) < 0.5) for _ in range(20)])
-    assert audit.n_released == 20 and audit.state_bytes() == 21 * (n // 8) + 8 * n
+    assert audit.n_released == 20 and audit.rank() == 21
+    assert audit.basis_entries() == 21 * audit.n_atoms
+    assert audit.state_bytes() == 21 * (n // 8) + 8 * n + 8 * 21 * audit.n_atoms
