@@ -12,15 +12,12 @@ another person's count reads only its own rows, whatever the history holds.
 
 from __future__ import annotations
 
-import io
-import json
 import time
 
 import pandas as pd
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from controller_calls import outcomes
 
-from petlab.client.analyst import prepare, run
 from petlab.client.knn_client import make_channel
 from petlab.plaindata import acs_sample_path
 from petlab.server.controller.public_domain import PublicDomain
@@ -35,18 +32,6 @@ DOMAIN = PublicDomain.shipped_for(DATA)
 def server(serve, tmp_path):
     with serve(tmp_path, analysis_data=acs_sample_path(), open_analysis=True) as running:  # default limits
         yield running
-
-
-def released(channel, specs: list[dict]) -> list[dict | None]:
-    """One session of a fresh person (open analysis): each analysis's result, None where withheld."""
-    out = io.StringIO()
-    run(prepare(specs, Ed25519PrivateKey.generate()), channel, out=out)
-    results: list[dict | None] = []
-    for line in out.getvalue().splitlines():
-        if line.startswith("analysis "):
-            body = line.split(": ", 1)[1]
-            results.append(None if body.startswith("ABORTED") else json.loads(body))
-    return results
 
 
 def age_ranges() -> list[dict]:
@@ -66,7 +51,7 @@ def test_many_fine_grained_releases_leave_the_next_audit_bounded(server, monkeyp
     table = {"type": "frequency", "rows": "sex", "columns": "incc"}
     specs = [table] * 20 + age_ranges()
     with make_channel(f"127.0.0.1:{server.port}") as channel:
-        results = released(channel, specs)
+        results = outcomes(channel, specs)
         assert None not in results, (results.index(None), specs[results.index(None)], len(results))
         audit = history.audit
         assert audit is not None
@@ -91,7 +76,7 @@ def test_many_fine_grained_releases_leave_the_next_audit_bounded(server, monkeyp
         common = int(DATA.occ.value_counts().index[0])  # 737 records: a few in each atom
         where = {"occ": {"in": [common]}}
         started = time.monotonic()
-        (answer,) = released(channel, [{"type": "count", "where": where}])
+        (answer,) = outcomes(channel, [{"type": "count", "where": where}])
         elapsed = time.monotonic() - started
     assert answer is not None and answer["count"] == int(DATA.occ.eq(common).sum())
     assert read and max(read) <= 1, f"the audit read {max(read)} released rows for one new count"
