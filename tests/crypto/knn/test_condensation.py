@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from petlab.crypto.knn import condensation
 from petlab.crypto.knn.condensation import choose_size, size_ladder
@@ -17,19 +18,41 @@ from petlab.experiments import knn_accuracy
 from petlab.server.knn.datasets import bundled_public_bounds, load_bundled, owner_settings
 
 
+@pytest.fixture
+def one_openmp_thread():
+    """The point selection's k-means (scikit-learn) on one OpenMP thread: on tiny inputs its
+    threads mostly spin, and on 2 cores shared by two test workers that spinning was about half
+    of these tests' CPU. The selected points are the same computation."""
+    with threadpool_limits(limits=1, user_api="openmp"):
+        yield
+
+
 @pytest.fixture(scope="module")
 def wine_model():
     train, test = load_bundled("wine").split(seed=1)
     settings = owner_settings("wine")
-    model = build_model(
-        "wine", train.features, train.labels, settings, public_bounds=bundled_public_bounds("wine")
-    )
+    with threadpool_limits(limits=1, user_api="openmp"):  # see one_openmp_thread
+        model = build_model(
+            "wine", train.features, train.labels, settings, public_bounds=bundled_public_bounds("wine")
+        )
     return model, model.quantizer.transform(test.features), len(train.labels)
 
 
-def test_the_condensed_size_never_depends_on_a_test_row(kept_points, replace_held_out_rows):
+@pytest.fixture(scope="module")
+def wine_circuit(wine_model):
+    """The wine owner setting's circuit, compiled once for simulation and real execution (one
+    compilation instead of two: the simulation and the real-key tests share it)."""
+    model, _, _ = wine_model
+    return compile_plan(model.plan, default_config("thermo"), simulation=True, execution=True)
+
+
+def test_the_condensed_size_never_depends_on_a_test_row(
+    kept_points, replace_held_out_rows, monkeypatch, one_openmp_thread
+):
     """The evaluation pipeline (``knn-accuracy``) run twice on the same split, the second time with
     every held-out row replaced (other features, other labels): the owner keeps the same points."""
+    monkeypatch.setattr(condensation, "SEARCH_RANDOM_ROUNDS", 1)  # a cheaper search: same data flow
+    monkeypatch.setattr(condensation, "SEARCH_SWAP_ROUNDS", 0)
     knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
     replace_held_out_rows(features=True)
     knn_accuracy.split_rows("wine", 1, 40, 3, ("thermo",))
@@ -38,7 +61,7 @@ def test_the_condensed_size_never_depends_on_a_test_row(kept_points, replace_hel
     assert np.array_equal(first_train, second_train) and np.array_equal(first_labels, second_labels)
 
 
-def test_the_ladder_stops_at_the_first_size_that_keeps_the_accuracy(monkeypatch):
+def test_the_ladder_stops_at_the_first_size_that_keeps_the_accuracy(monkeypatch, one_openmp_thread):
     """A stub rule that answers right only with at least 40 points: the first ladder size >= 40
     is kept (scaled from a fitting part to the whole set); a zero-tolerance rule that needs every
     point keeps the whole set (None)."""
@@ -67,7 +90,7 @@ def test_the_ladder_stops_at_the_first_size_that_keeps_the_accuracy(monkeypatch)
         KnnSettings(n=None, condense=1.5)
 
 
-def test_wine_owner_setting_is_condensed_and_simulates_its_reference(wine_model, simulate_all):
+def test_wine_owner_setting_is_condensed_and_simulates_its_reference(wine_model, wine_circuit, simulate_all):
     """Every held-out row of split 1 and two training points' own levels, in simulation, equal the
     clear reference; among them are ties at D_k (more than k points at distance <= D_k, counted
     by the capped vote) between classes."""
@@ -77,15 +100,18 @@ def test_wine_owner_setting_is_condensed_and_simulates_its_reference(wine_model,
     expected = classify_clear(model.plan, queries)
     votes = reference.trace(model.plan, queries).votes
     assert ((votes.sum(axis=1) > model.plan.k) & ((votes > 0).sum(axis=1) > 1)).any()
-    circuit = compile_plan(model.plan, default_config("thermo"), simulation=True, execution=False)
-    assert np.array_equal(simulate_all(circuit, thermometer(queries, model.plan.bits), expected), expected)
+    assert np.array_equal(
+        simulate_all(wine_circuit, thermometer(queries, model.plan.bits), expected), expected
+    )
 
 
-def test_wine_owner_setting_with_real_keys(wine_model):
+def test_wine_owner_setting_with_real_keys(wine_model, wine_circuit):
     model, levels, _ = wine_model
-    circuit = compile_plan(model.plan, default_config("thermo"))
-    circuit.keygen()
-    queries = levels[:2]  # the compilation and key generation are the cost: two queries are enough
+    wine_circuit.keygen()
+    # the key generation is the cost: two queries are enough, held-out rows of different classes
+    clear = classify_clear(model.plan, levels)
+    queries = levels[[int(np.flatnonzero(clear == c)[0]) for c in np.unique(clear)[-2:]]]
     expected = classify_clear(model.plan, queries)
-    got = [int(circuit.encrypt_run_decrypt(thermometer(q, model.plan.bits))) for q in queries]
+    assert len(set(expected.tolist())) == 2
+    got = [int(wine_circuit.encrypt_run_decrypt(thermometer(q, model.plan.bits))) for q in queries]
     assert got == expected.tolist()

@@ -387,8 +387,11 @@ def test_iris_real_encryption_over_grpc_equals_reference(iris_thermo, serve, tmp
 
     model, circuit, _ = iris_thermo
     hosted = HostedModel(model, circuit.server, dataset="iris")
-    rows = iris_split[1].features[:2]
+    held_out = iris_split[1].features
+    clear = reference.classify(model.plan, model.quantizer.transform(held_out))
+    rows = held_out[[int(np.flatnonzero(clear == c)[0]) for c in np.unique(clear)[-2:]]]
     expected = reference.classify(model.plan, model.quantizer.transform(rows)).tolist()
+    assert len(set(expected)) == 2  # two queries of different classes
     with (
         serve(tmp_path / "server", {"iris": hosted}) as running,
         make_channel(f"127.0.0.1:{running.port}") as channel,
