@@ -68,11 +68,15 @@ docs: $(STAMP)
 # The static checks (lint, docs: about 30 s of CPU, mostly mypy) run beside the suite at a lower
 # priority, in the gaps its server and process tests leave, and their output is printed after it;
 # `make test` fails if either fails.
+# One OpenMP thread per process (concrete's runtime, scikit-learn's k-means): the workers already
+# fill the cores, and OpenMP threads beside them only wait for a core or spin on tiny loops.
 PYTEST_WORKERS ?= 2
+PYTEST_OMP_THREADS ?= 1
 CHECKS_LOG := $(VENV)/checks.log
 test: $(STAMP)
 	@nice -n 10 $(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checks=$$!; \
-	$(WRITE_BYTECODE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40; \
+	$(WRITE_BYTECODE) OMP_NUM_THREADS=$(PYTEST_OMP_THREADS) \
+		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40; \
 	suite=$$?; wait $$checks; lint=$$?; \
 	echo "--- make lint docs (run beside the suite) ---"; cat $(CHECKS_LOG); \
 	echo "make test: suite exit $$suite, lint and docs exit $$lint"; \
