@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -389,9 +390,12 @@ def test_server_reflection_lists_the_services(channel):
 
 
 @pytest.mark.slow
-def test_damaged_key_cache_is_replaced(channel, running, held_out, tmp_path):
-    fresh = KnnRemote(channel, "test-server", tmp_path, timeout=300, show_progress=False)
+def test_damaged_key_cache_is_replaced(channel, running, held_out, remote, iris_prepared, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(remote.cache_dir, cache)  # the module's registered keys: no key generation here
+    fresh = KnnRemote(channel, "test-server", cache, timeout=300, show_progress=False)
     first = fresh.prepare("iris")
+    assert first.key_id and (first.directory / "keys.bin").is_file()
     (first.directory / "keys.bin").write_bytes(b"damaged")
     again = fresh.prepare("iris")
     assert again.key_id and again.key_id != first.key_id
