@@ -63,8 +63,7 @@ docs: $(STAMP)
 
 # The suite on PYTEST_WORKERS processes (pytest-xdist): most tests are single-threaded (concrete's
 # compiler, key generation and evaluation, server processes), so 2 workers on 2 cores cut the wall
-# time; loadfile hands whole files to whichever worker is free, costliest first (tests/conftest.py),
-# so a module's fixtures are built once. Tests are deterministic per
+# time; worksteal hands a long test's neighbours to the idle worker. Tests are deterministic per
 # worker (hypothesis's `ci` profile in tests/conftest.py, fixed seeds, port 0, per-test temp dirs).
 # The static checks (lint, docs: about 30 s of CPU, mostly mypy) run beside the suite at a lower
 # priority, in the gaps its server and process tests leave, and their output is printed after it;
@@ -77,7 +76,7 @@ CHECKS_LOG := $(VENV)/checks.log
 test: $(STAMP)
 	@nice -n 10 $(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(WRITE_BYTECODE) OMP_NUM_THREADS=$(PYTEST_OMP_THREADS) \
-		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=40; \
+		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40; \
 	suite=$$?; wait $$checks; lint=$$?; \
 	echo "--- make lint docs (run beside the suite) ---"; cat $(CHECKS_LOG); \
 	echo "make test: suite exit $$suite, lint and docs exit $$lint"; \
