@@ -35,7 +35,14 @@ def hosted(hosted_model):
 
 
 @pytest.fixture(scope="module")
-def running(serve, hosted, local_cluster, tmp_path_factory):
+def before(local_cluster) -> dict:
+    """Each worker's cache counters before this module's server: the session's cluster may have
+    served other modules' models first (the counters are per worker process, cumulative)."""
+    return local_cluster.client.run(worker_cache_info)
+
+
+@pytest.fixture(scope="module")
+def running(serve, hosted, local_cluster, tmp_path_factory, before):
     address = local_cluster.client.scheduler.address
     with serve(
         tmp_path_factory.mktemp("cluster-server"), hosted, cluster=ClusterSpec(address=address)
@@ -73,12 +80,19 @@ def health_status(port: int) -> int:
 
 
 @pytest.mark.slow
-def test_cluster_answers_equal_in_process_answers(running, remote, prepared, rows, local_cluster):
+def test_cluster_answers_equal_in_process_answers(running, remote, prepared, rows, local_cluster, before):
     single = [remote.classify(prepared, row) for row in rows[:2]]
     batch = remote.classify_batch(prepared, rows[1:4])
     expected = reference(running, rows[:4])  # what the in-process evaluation answers (test_grpc)
     assert single == expected[:2] and batch == expected[1:]
-    info = local_cluster.client.run(worker_cache_info)
+    after = local_cluster.client.run(worker_cache_info)
+    info = {
+        worker: {
+            name: after[worker][name] - before.get(worker, {}).get(name, 0)
+            for name in ("models", "keys", "evaluations")
+        }
+        for worker in after
+    }
     assert sum(i["evaluations"] for i in info.values()) >= 6  # warm-up, 2 single, 3 batched
     # each worker loaded the model at most once and deserialised this client's keys at most once,
     # and the key bytes left the front end once for all six evaluations
