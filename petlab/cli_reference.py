@@ -28,7 +28,12 @@ ENV = re.compile(r"\s*\[env (PETLAB_[A-Z0-9_]+)(=1)?(, comma-separated)?\]")
 
 #: Variables read outside any flag.
 OTHER_VARIABLES = (
-    ("PETLAB_CACHE_DIR", "petlab-server", "where compiled k-NN circuits are cached (~/.cache/petlab/models)"),
+    (
+        "PETLAB_CACHE_DIR",
+        "petlab-experiments",
+        "compile cache of local-demo and of library calls without a directory"
+        " (`~/.cache/petlab/models`); petlab-server caches in `<data-dir>/models`",
+    ),
     ("PETLAB_PAPER_SCALE", "tests", "run the paper family's real-encryption tests (opt-in, slow)"),
     ("PETLAB_HOSTILE_IN_PROCESS", "tests", "run the hostile split-model calls in process too"),
 )
@@ -200,7 +205,8 @@ def environment_page(every: list[Command]) -> str:
         "over its variable. A yes/no flag's variable takes 1/true/yes or 0/false/no. A repeatable flag",
         "(`--model`, `--bounds`) takes a comma-separated list in its variable. Three names are kept",
         "outside the rule on purpose, as one variable serves more than a flag: `PETLAB_CACHE_DIR` (the",
-        "server's compile cache), `PETLAB_CLIENT_CACHE` (the client's key cache) and `PETLAB_ACS_DATA`.",
+        "compile cache outside the server, which keeps its own in `<data-dir>/models`),",
+        "`PETLAB_CLIENT_CACHE` (the client's key cache) and `PETLAB_ACS_DATA`.",
         "",
         "| variable | sets |",
         "|---|---|",

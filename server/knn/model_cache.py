@@ -1,7 +1,9 @@
 """On-disk cache of compiled encrypted k-NN circuits of every family (thermo, fast, paper; whole or
 split over partitions), so a second start does not recompile.
 
-The cache directory is ``$PETLAB_CACHE_DIR``, else ``~/.cache/petlab/models``.
+The cache directory is the caller's: ``petlab-server`` uses ``<data-dir>/models``; callers that give
+none (``petlab-experiments local-demo``, library use) get ``$PETLAB_CACHE_DIR``, else
+``~/.cache/petlab/models``.
 Each entry lives in ``<cache_dir>/<key>/`` where the key is :meth:`petlab.crypto.knn.model.KnnModel.cache_key`
 (the kept training points and labels, k, bits, the family and its public distance, the circuit
 configuration, concrete-python's version, the circuit format, and for a split model the number of
@@ -10,7 +12,12 @@ partitions: its artifact is a module of stages, ``crypto.knn.split``). It holds 
 model's public description, the artifact's SHA-256 and an HMAC-SHA256 over the entry,
 ``server.knn.cache_integrity``). Both are written in a ``.staging-*`` directory that is renamed
 into place, so a crash never leaves a half entry; staging directories older than an hour are
-removed at the next start. The server only loads artifacts it wrote: the cache directory must be
+removed at the next start. Servers may share one cache: each entry's load-or-compile runs under an
+advisory lock on ``<cache_dir>/.<key>.lock`` (``fcntl.flock``), so a second server waits for the
+first one's compilation and loads its artifact instead of compiling the same circuit again, and no
+reader ever opens an entry another process is replacing. The wait is bounded
+(:data:`ENTRY_LOCK_SECONDS`): past it the model is compiled without touching the entry.
+The server only loads artifacts it wrote: the cache directory must be
 this user's and writable by nobody else (created 0700, refused otherwise), and an entry whose MAC
 under the directory's owner-only key or whose digest does not verify (truncated, edited, swapped,
 planted) is discarded with a warning and recompiled before concrete ever opens it.
@@ -18,6 +25,8 @@ planted) is discarded with a warning and recompiled before concrete ever opens i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -25,6 +34,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,37 +77,78 @@ def load_or_compile(
     cache_dir = private_cache_directory(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     remove_stale_staging(cache_dir)
     mac = EntryMac.for_directory(cache_dir)
-    entry = cache_dir / model.cache_key(config, parts)
-    cached = _load_entry(entry, mac)
-    if cached is not None:
-        server, meta = cached
-        return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True, graph)
-
-    log.info(
-        "compiling model %s (n=%d, d=%d%s): not in cache",
-        model.name,
-        model.plan.n,
-        model.d,
-        f", {parts} partitions" if program else "",
-    )
-    started = time.perf_counter()
-    if program is not None:
-        compiled = compile_program(program, config)
-        statistics = module_statistics(compiled, [stage.name for stage in program.stages])
-    else:
-        compiled = compile_plan(model.plan, config)
-        statistics = circuit_statistics(compiled)
-    seconds = time.perf_counter() - started
-    _write_entry(
-        entry,
-        compiled,
-        {"statistics": statistics, "compile_seconds": seconds, "model": model.public_info()},
-        mac,
-    )
-    server = _load_entry(entry, mac)
+    key = model.cache_key(config, parts)
+    entry = cache_dir / key
+    with entry_lock(cache_dir / f".{key}.lock") as locked:
+        cached = _load_entry(entry, mac) if locked else None
+        if cached is not None:
+            server, meta = cached
+            return CompiledModel(model, server, meta["statistics"], meta["compile_seconds"], True, graph)
+        if not locked:
+            log.warning(
+                "cache entry %s stayed locked for %.0f s: compiling without it", key, ENTRY_LOCK_SECONDS
+            )
+        log.info(
+            "compiling model %s (n=%d, d=%d%s): not in cache",
+            model.name,
+            model.plan.n,
+            model.d,
+            f", {parts} partitions" if program else "",
+        )
+        started = time.perf_counter()
+        if program is not None:
+            compiled = compile_program(program, config)
+            statistics = module_statistics(compiled, [stage.name for stage in program.stages])
+        else:
+            compiled = compile_plan(model.plan, config)
+            statistics = circuit_statistics(compiled)
+        seconds = time.perf_counter() - started
+        if not locked:
+            return CompiledModel(model, compiled.server, statistics, seconds, False, graph)
+        _write_entry(
+            entry,
+            compiled,
+            {"statistics": statistics, "compile_seconds": seconds, "model": model.public_info()},
+            mac,
+        )
+        server = _load_entry(entry, mac)
     if server is None:
         raise RuntimeError(f"compiled artifact in {entry} could not be read back")
     return CompiledModel(model, server[0], statistics, seconds, False, graph)
+
+
+# a compilation of the largest shipped model takes minutes on 2 cores; a wait past this bound
+# means a stuck holder: compile alone rather than wait for ever
+ENTRY_LOCK_SECONDS = 1800.0
+ENTRY_LOCK_POLL_SECONDS = 0.1
+
+
+@contextlib.contextmanager
+def entry_lock(path: Path, timeout: float | None = None) -> Iterator[bool]:
+    """Hold an exclusive advisory lock on ``path`` (created 0600) for the block; yields whether it
+    was taken within ``timeout`` seconds (default :data:`ENTRY_LOCK_SECONDS`). A process that dies
+    releases its lock with its file descriptors, so a crash never leaves the entry locked."""
+    limit = ENTRY_LOCK_SECONDS if timeout is None else timeout
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    locked = False
+                    break
+                time.sleep(ENTRY_LOCK_POLL_SECONDS)
+        try:
+            yield locked
+        finally:
+            if locked:
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
 
 
 STALE_STAGING_SECONDS = 3600.0
