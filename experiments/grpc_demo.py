@@ -144,7 +144,7 @@ def run_demo(rows: int = 3, data_dir: Path = Path(".petlab-cache/demo-server")) 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=3, help="held-out rows to classify (default 3)")
+    parser.add_argument("--rows", type=int, default=3, help="held-out rows to classify")
     parser.add_argument(
         "--data-dir",
         type=Path,

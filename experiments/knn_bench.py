@@ -375,7 +375,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="also the mean accuracy over this many stratified splits beside float k-NN (0: not measured)",
     )
-    parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n (default 5)")
+    parser.add_argument("--queries", type=int, default=5, help="encrypted queries per n")
     parser.add_argument(
         "--out",
         type=Path,

@@ -101,9 +101,9 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=5, help="held-out rows to classify (default 5)")
-    parser.add_argument("--n", type=int, default=40, help="training points kept (default 40)")
-    parser.add_argument("--k", type=int, default=3, help="neighbours (default 3)")
+    parser.add_argument("--rows", type=int, default=5, help="held-out rows to classify")
+    parser.add_argument("--n", type=int, default=40, help="training points kept")
+    parser.add_argument("--k", type=int, default=3, help="neighbours")
     parser.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM, help="circuit family")
     parser.add_argument(
         "--cache-dir",

@@ -99,7 +99,7 @@ def release_statement(stdout: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1_500_000, help="workers (~ O/D pairs; default 1.5M)")
-    parser.add_argument("--blocks", type=int, default=233_726, help="blocks in the state (default 233,726)")
+    parser.add_argument("--blocks", type=int, default=233_726, help="blocks in the state")
     parser.add_argument("--seed", type=int, default=1, help="random seed")
     parser.add_argument(
         "--out", type=Path, default=Path("results/onthemap_bench.csv"), help="the CSV to write"

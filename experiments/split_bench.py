@@ -344,14 +344,12 @@ def parse_sizes(items: list[str]) -> dict[str, list[int | None]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--algorithm", default=DEFAULT_ALGORITHM, help=f"the family to split (default {DEFAULT_ALGORITHM})"
-    )
+    parser.add_argument("--algorithm", default=DEFAULT_ALGORITHM, help="the family to split")
     parser.add_argument(
         "--sizes", nargs="*", default=[], help="DATASET=N,N,...|all (default: up to each whole training set)"
     )
-    parser.add_argument("--queries", type=int, default=3, help="timed queries per configuration (default 3)")
-    parser.add_argument("--parts", type=int, default=2, help="partitions = LocalCluster workers (default 2)")
+    parser.add_argument("--queries", type=int, default=3, help="timed queries per configuration")
+    parser.add_argument("--parts", type=int, default=2, help="partitions = LocalCluster workers")
     parser.add_argument("--out", type=Path, default=Path("results/split_bench.csv"), help="the CSV to write")
     parser.add_argument(
         "--report-only", action="store_true", help="rebuild the report from the CSV of an earlier run"

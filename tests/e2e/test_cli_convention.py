@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,18 +67,21 @@ def test_every_program_answers_version_and_help(prog):
 def test_help_is_plain_sentences_with_defaults(every_command):
     """Every argument has a help sentence, none carries RST markup or a run of spaces, and every
     flag with a default shows it (the formatter's "(default: ...)")."""
-    missing, marked = [], []
+    missing, marked, twice = [], [], []
     for command in every_command:
         for _, flags in command.groups:
             for flag in flags:
                 if not flag.help.strip():
                     missing.append(f"{command.path} {flag.names}")
+                if flag.default and re.search(r"\(default [^:]", flag.help):
+                    twice.append(f"{command.path} {flag.names}: {flag.help}")
                 if "``" in flag.help or ":data:`" in flag.help or "  " in flag.help:
                     marked.append(f"{command.path} {flag.names}: {flag.help}")
         if "``" in command.description or "  " in command.description:
             marked.append(f"{command.path}: description")
     assert not missing, f"arguments without help: {missing}"
     assert not marked, f"help with markup or runs of spaces: {marked}"
+    assert not twice, f"help that states the default the formatter already shows: {twice}"
     from petlab.client.main import build_parser
 
     classify = build_parser()._subparsers._group_actions[0].choices["classify"].format_help()  # type: ignore[union-attr]
