@@ -149,6 +149,8 @@ class ReleaseAudit:
     _log2_norms: float = field(init=False, default=0.0)
     _residues: dict[tuple[str, int], np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _scales: dict[str, int] = field(init=False, default_factory=dict, repr=False)
+    _codes: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
+    _denominators: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _bases: dict[int, ReducedBasis] = field(init=False, default_factory=dict, repr=False)
     _pending: tuple | None = field(init=False, default=None, repr=False)
 
@@ -384,9 +386,7 @@ class ReleaseAudit:
             member = np.unpackbits(functional.members, count=n).astype(bool)
             code = member.astype(np.int64)
             if functional.weight is not None:  # members split by their factors' values (so by weight)
-                columns = factors(functional.weight, self.data.columns)
-                values = self.data[columns].to_numpy(dtype=np.float64)[member]
-                code[member] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
+                code = np.where(member, self._value_codes(functional.weight), 0)
             span = int(code.max()) + 1
             if int(key.max()) >= (1 << 62) // max(span, 1):
                 key = np.unique(key, return_inverse=True)[1].astype(np.int64)
@@ -399,10 +399,26 @@ class ReleaseAudit:
             return row_log2_norm(member.astype(np.float64))
         product, log2_denominator = np.ones(int(member.sum())), 0
         for column in factors(functional.weight, self.data.columns):
-            values = self.data[column].to_numpy(dtype=np.float64)[member]
-            product = product * values
-            log2_denominator += residues(values, self.primes[0])[1] if len(values) else 0
+            product = product * self.data[column].to_numpy(dtype=np.float64)[member]
+            if member.any():  # the members' common denominator: the largest one among them
+                log2_denominator += int(self._denominator_bits(column)[member].max())
         return row_log2_norm(product) + log2_denominator
+
+    def _value_codes(self, weight: str) -> np.ndarray:
+        """Each record's combination of the weight's factor values, numbered 1, 2, ... in sorted
+        order (kept per weight: a released sum splits its members by these codes)."""
+        if weight not in self._codes:
+            values = self.data[factors(weight, self.data.columns)].to_numpy(dtype=np.float64)
+            self._codes[weight] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
+        return self._codes[weight]
+
+    def _denominator_bits(self, column: str) -> np.ndarray:
+        """Each record's log2 of its dyadic value's denominator in ``column`` (``modular.residues``)."""
+        if column not in self._denominators:
+            distinct, inverse = np.unique(self.data[column].to_numpy(dtype=np.float64), return_inverse=True)
+            bits = [residues(np.array([value]), self.primes[0])[1] for value in distinct]
+            self._denominators[column] = np.asarray(bits, dtype=np.int64)[inverse.ravel()]
+        return self._denominators[column]
 
     def _weight_residues(self, weight: str, p: int) -> np.ndarray:
         """Each record's weight mod p: the product of its factors' exact residues."""
