@@ -240,7 +240,7 @@ class ReleaseAudit:
             return None
         try:
             bases = self._extended(functionals, atoms, capped=True)
-        except _Capacity:
+        except BasisCapacity:
             return Finding(
                 f"the audit cannot certify the release: the basis of the released forms would "
                 f"exceed {self.max_entries} numbers"
@@ -251,6 +251,23 @@ class ReleaseAudit:
             if finding is not None:
                 return finding
         return None
+
+    def ranks_with(self, functionals: list[Functional], atoms: np.ndarray) -> dict[int, int]:
+        """Each prime's rank of the released forms with ``functionals`` added, over ``atoms`` (the
+        refined atoms): the record-side rank the region audit (``region_audit``) compares with
+        its rank over the cells. Reuses the bases :meth:`check` built for the same forms and keeps
+        them for :meth:`record`; raises :class:`BasisCapacity` past ``max_entries``."""
+        pending = self._pending
+        if pending is not None and pending[0] == _key(functionals) and np.array_equal(pending[1], atoms):
+            bases = pending[2]
+        else:
+            bases = self._extended(functionals, atoms, capped=True)
+            self._pending = (_key(functionals), atoms, bases)
+        return {p: basis.rank for p, basis in bases.items()}
+
+    def ranks(self) -> dict[int, int]:
+        """Each prime's rank of everything released, over the atoms."""
+        return {p: basis.rank for p, basis in self._bases.items()}
 
     def _decide(self, basis: ReducedBasis, sizes: np.ndarray, p: int) -> Finding | None:
         """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support."""
@@ -305,9 +322,9 @@ class ReleaseAudit:
                     )
                     refined = refined.extended(rows)
                     if capped and refined.entries > self.max_entries:
-                        raise _Capacity
+                        raise BasisCapacity
             if capped and refined.entries > self.max_entries:
-                raise _Capacity
+                raise BasisCapacity
             out[p] = refined
         return out
 
@@ -467,8 +484,8 @@ class ReleaseAudit:
 _CHUNK = 1024  # functionals gathered over the atoms at once
 
 
-class _Capacity(Exception):
-    """The kept basis would exceed ``max_entries``: the audit cannot certify."""
+class BasisCapacity(Exception):
+    """The kept basis would exceed ``max_entries``: the audit cannot certify (the release is refused)."""
 
 
 def _reduced(rows: np.ndarray, p: int) -> np.ndarray:
