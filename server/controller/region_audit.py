@@ -33,11 +33,13 @@ What is exact, what is bounded.
   Hadamard's bound on its entries this has the form of ``modular``'s bound (log2 of the minor
   over 30 x 3.5e7), below 1e-6 per prime for 2,000 forms on ACS; an error on the record side only
   refuses more, one on the cell side could miss a relation, which is why both primes are used.
-* The record side keeps a basis of the released forms over the record atoms in reduced form
-  (rank x atoms residues); a new form is reduced against it (one product, rank x atoms).
-* Bounded: memory rank_rec x atoms + rank_cell^2 + rank_cell x (sum of the column domains'
-  sizes) residues per prime; a check costs k (rank_rec x atoms + rank_cell^2) for k new forms.
-  Past ``max_entries`` the audit cannot certify and refuses.
+* The record side is the release audit's own basis of the released forms over the record atoms
+  (``reduced_basis``, rank x atoms residues): ``ReleaseAudit.ranks_with`` gives its rank with the
+  new forms, from the bases its check already built. One copy serves both audits.
+* Bounded: memory rank_cell^2 + rank_cell x (sum of the column domains' sizes) residues per prime
+  here, beside the release audit's rank_rec x atoms; a check costs k rank_cell^2 for k new forms
+  (the record side's reduction is the release audit's check). Past ``max_entries`` the audit
+  cannot certify and refuses.
 
 What a refusal of this rule reveals: that some relation among empty regions would have become
 visible; the release would have shown the relation itself. In the attacks of issue 30 both
