@@ -41,7 +41,10 @@ What is exact, what is probabilistic, the cost.
   form adds no row). A check of k new forms: one gather of the basis over the refined atoms
   (rank x atoms), the reduction (k x rank x atoms) and a reduced form of the k remainders
   (k^2 x atoms), then the reduced form of B_2 on its support (d^2 x support, d = dim V). A restart
-  replays the stored forms over the final atoms in chunks: (rows / chunk) x rank x atoms x chunk.
+  replays the stored forms over the final atoms as a blocked elimination (``_extended_once``, blocks
+  of ``CHUNK`` rows): rows x rank x (atoms - rank) for the reductions, rank^2 x atoms for clearing
+  B on the new pivots, and k^2 x atoms per block for the remainders; a row in the span is dropped
+  after its reduction, and once rank = atoms the rows cost nothing.
 """
 
 from __future__ import annotations
