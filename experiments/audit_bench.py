@@ -179,9 +179,10 @@ def bench_regions(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: 
     """The region audit (issue 30) against released rows: the history is replayed from random
     analyses (deduplicated, as the server stores it) until it holds each size of released rows, then
     one more analysis's region check is timed (``RegionAudit.check``, both primes) with its peak
-    memory; the state is the residues the audit keeps (rank x atoms on the records, rank^2 and
-    rank x the columns' domains on the cells). A restart replays the whole history: timed from
-    nothing for each size. Stops at the first size whose replay exceeds ``time_limit`` seconds."""
+    memory; the state is the residues the region audit keeps (rank^2 and rank x the columns'
+    domains on the cells; the record side is the release audit's basis). A restart replays the
+    whole history: timed from nothing for each size. Stops at the first size whose replay exceeds
+    ``time_limit`` seconds."""
     domain = PublicDomain.shipped_for(data)
     if domain is None:
         raise SystemExit("the region bench needs the ACS columns (the shipped public domain)")

@@ -185,21 +185,45 @@ def left_null_space(matrix: np.ndarray, p: int) -> np.ndarray:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
-    """(a @ b) mod p for residues below 2^31, exactly: b is split into 16-bit limbs and the inner
-    dimension into runs of 32, so every float64 partial sum stays below 32 * 2^31 * 2^16 = 2^52."""
-    left = np.asarray(a, dtype=np.int64).astype(np.float64)
-    right = np.asarray(b, dtype=np.int64)
-    low = (right & 0xFFFF).astype(np.float64)
-    high = (right >> 16).astype(np.float64)
-    out_low = np.zeros((left.shape[0], right.shape[1]), dtype=np.int64)
-    out_high = np.zeros_like(out_low)
-    for start in range(0, left.shape[1], 32):
-        if not start % 2048:
-            tick()
-        part = left[:, start : start + 32]
-        out_low = (out_low + (part @ low[start : start + 32]).astype(np.int64) % p) % p
-        out_high = (out_high + (part @ high[start : start + 32]).astype(np.int64) % p) % p
-    return (out_low + out_high * 65536 % p) % p
+    """(a @ b) mod p for residues in [0, p), exactly, with as few float64 BLAS products as the
+    entries allow. The left factor is centred to (-p/2, p/2]; the right one is used whole when
+    max|a| max(b) times the inner dimension stays below 2^53 (a raw released form: 0/1 or small
+    integer weights, times residues), else split into 2 limbs of 16 bits or 3 of 11 bits, the inner
+    dimension cut into runs short enough that every float64 partial sum stays below 2^53
+    (2 limbs: runs of 128 = 2^53 / (2^30 2^16); 3 limbs: runs of 4,096), whichever needs the
+    fewest products. Output columns go in blocks of ``CHUNK``
+    (one :func:`tick` each)."""
+    left = np.asarray(a, dtype=np.int64) % p
+    right = np.asarray(b, dtype=np.int64) % p
+    rows, inner = left.shape
+    out = np.zeros((rows, right.shape[1]), dtype=np.int64)
+    if not rows or not inner or not right.shape[1]:
+        return out
+    left = np.where(left > p // 2, left - p, left)
+    a_max, b_max = max(int(np.abs(left).max()), 1), max(int(right.max()), 1)
+    left_float = left.astype(np.float64)
+    exact = (1 << 53) - 1
+    plans = []  # (products, limbs, width, run): the fewest BLAS products, then the fewest limbs
+    for limbs in (1, 2, 3):
+        width = 31 if limbs == 1 else -(-31 // limbs)
+        run = exact // (a_max * (b_max if limbs == 1 else (1 << width) - 1))
+        if run:
+            plans.append((limbs * -(-inner // run), limbs, width, run))
+    _, limbs, width, run = min(plans)
+    mask = (1 << width) - 1
+    for column in range(0, right.shape[1], CHUNK):
+        block = right[:, column : column + CHUNK]
+        total = np.zeros((rows, block.shape[1]), dtype=np.int64)
+        for limb in range(limbs):
+            part = ((block >> (limb * width)) & mask).astype(np.float64)
+            acc = np.zeros_like(total)
+            for start in range(0, inner, run):
+                tick()
+                product = left_float[:, start : start + run] @ part[start : start + run]
+                acc = (acc + product.astype(np.int64) % p) % p
+            total = (total + acc * pow(2, limb * width, p)) % p
+        out[:, column : column + CHUNK] = total
+    return out
 
 
 def times_bits(coefficients: np.ndarray, bits: np.ndarray, p: int) -> np.ndarray:

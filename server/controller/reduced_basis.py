@@ -41,7 +41,10 @@ What is exact, what is probabilistic, the cost.
   form adds no row). A check of k new forms: one gather of the basis over the refined atoms
   (rank x atoms), the reduction (k x rank x atoms) and a reduced form of the k remainders
   (k^2 x atoms), then the reduced form of B_2 on its support (d^2 x support, d = dim V). A restart
-  replays the stored forms over the final atoms in chunks: (rows / chunk) x rank x atoms x chunk.
+  replays the stored forms over the final atoms as a blocked elimination (``_extended_once``, blocks
+  of ``CHUNK`` rows): rows x rank x (atoms - rank) for the reductions, rank^2 x atoms for clearing
+  B on the new pivots, and k^2 x atoms per block for the remainders; a row in the span is dropped
+  after its reduction, and once rank = atoms the rows cost nothing.
 """
 
 from __future__ import annotations
@@ -119,24 +122,34 @@ class ReducedBasis:
         return basis
 
     def _extended_once(self, new_rows: np.ndarray) -> ReducedBasis:
+        """One block of the elimination: the block is reduced against B by one product, its
+        remainders brought to reduced form among themselves, then B cleared on their pivots by one
+        product. Both products touch only the columns that are not pivots of B: a remainder is zero
+        on B's pivots (B[:, P] = I), so B's entries there do not change."""
         tick()
         if self.rank == len(self.large):  # B spans every vector over the atoms: nothing to add
             return self
         p = self.p
         rest = new_rows % p
-        if self.rank:  # x - x[P] B as (B^T x[P]^T)^T: matmul converts its left factor once, its
-            # right one in two limbs, so the basis (the large factor) is copied once, not three times
-            rest = (rest - matmul(self.rows.T, rest[:, self.pivots].T, p).T) % p
-        order = np.concatenate([np.flatnonzero(self.large), np.flatnonzero(~self.large)])
+        free = np.ones(len(self.large), dtype=bool)
+        free[self.pivots] = False
+        if self.rank:  # x - x[P] B on the free columns (x[P] is small for a released form)
+            rest[:, free] = (rest[:, free] - matmul(rest[:, self.pivots], self.rows[:, free], p)) % p
+            rest[:, self.pivots] = 0
+        rest = rest[rest.any(axis=1)]  # a form in the span of B adds nothing
+        if not len(rest):
+            return self
+        order = np.concatenate([np.flatnonzero(self.large & free), np.flatnonzero(~self.large & free)])
         reduced_ordered, local = rref(rest[:, order], p)
         if not len(reduced_ordered):
             return self
-        reduced = np.empty_like(reduced_ordered)
+        reduced = np.zeros((len(reduced_ordered), len(self.large)), dtype=np.int64)
         reduced[:, order] = reduced_ordered
         new_pivots = order[local]
         rows = self.rows
         if self.rank:
-            rows = (rows - matmul(rows[:, new_pivots], reduced, p)) % p
+            rows = rows.copy()
+            rows[:, free] = (rows[:, free] - matmul(rows[:, new_pivots], reduced[:, free], p)) % p
         return ReducedBasis(
             np.vstack([rows, reduced]), np.concatenate([self.pivots, new_pivots]), self.large, p
         )

@@ -33,11 +33,13 @@ What is exact, what is bounded.
   Hadamard's bound on its entries this has the form of ``modular``'s bound (log2 of the minor
   over 30 x 3.5e7), below 1e-6 per prime for 2,000 forms on ACS; an error on the record side only
   refuses more, one on the cell side could miss a relation, which is why both primes are used.
-* The record side keeps a basis of the released forms over the record atoms in reduced form
-  (rank x atoms residues); a new form is reduced against it (one product, rank x atoms).
-* Bounded: memory rank_rec x atoms + rank_cell^2 + rank_cell x (sum of the column domains'
-  sizes) residues per prime; a check costs k (rank_rec x atoms + rank_cell^2) for k new forms.
-  Past ``max_entries`` the audit cannot certify and refuses.
+* The record side is the release audit's own basis of the released forms over the record atoms
+  (``reduced_basis``, rank x atoms residues): ``ReleaseAudit.ranks_with`` gives its rank with the
+  new forms, from the bases its check already built. One copy serves both audits.
+* Bounded: memory rank_cell^2 + rank_cell x (sum of the column domains' sizes) residues per prime
+  here, beside the release audit's rank_rec x atoms; a check costs k rank_cell^2 for k new forms
+  (the record side's reduction is the release audit's check). Past ``max_entries`` the audit
+  cannot certify and refuses.
 
 What a refusal of this rule reveals: that some relation among empty regions would have become
 visible; the release would have shown the relation itself. In the attacks of issue 30 both
@@ -56,7 +58,7 @@ import numpy as np
 from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
-from petlab.server.controller.release_audit import ReleaseAudit, factors
+from petlab.server.controller.release_audit import BasisCapacity, Functional, ReleaseAudit, factors
 
 MAX_ENTRIES = 25_000_000
 CHUNK = 256  # forms reduced at once
@@ -77,50 +79,57 @@ class RegionForm:
 
 @dataclass
 class _Side:
-    """The state modulo one prime."""
+    """The cell side modulo one prime (the record side is the release audit's basis)."""
 
-    basis: np.ndarray  # record side: independent forms over the record atoms, reduced on ``pivots``
-    pivots: np.ndarray
-    vectors: dict[str, np.ndarray]  # cell side: each column's factor of the independent forms
+    vectors: dict[str, np.ndarray]  # each column's factor of the independent forms
     inverse: np.ndarray  # the inverse of their Gram matrix over the cells
 
 
 class RegionAudit:
-    """Rank over the domain's cells against rank over the records (module docstring)."""
+    """Rank over the domain's cells against rank over the records (module docstring). The rank
+    over the records is the release audit's (``ReleaseAudit.ranks_with``): one basis serves both,
+    so ``audit`` must be fresh (nothing released but the universe) and record every form first."""
 
     def __init__(self, audit: ReleaseAudit, domain: PublicDomain, max_entries: int = MAX_ENTRIES):
+        if audit.n_released:
+            raise ValueError("the region audit starts with a fresh release audit")
         self.audit, self.domain, self.max_entries = audit, domain, max_entries
         self.columns = [c for c in domain.values if c in audit.data.columns]
         self._labels = {c: [label(v) for v in domain.values[c]] for c in self.columns}
         self._numeric: dict[tuple[str, int], np.ndarray] = {}
-        self._atoms = audit._atoms.copy()
-        self._sides = {}
-        everyone = np.packbits(np.ones(audit.n_records, dtype=bool))
-        for p in audit.primes:
-            self._sides[p] = _Side(
-                np.zeros((0, int(self._atoms.max()) + 1), dtype=np.int64),
-                np.zeros(0, dtype=np.int64),
+        self._sides = {
+            p: _Side(
                 {c: np.zeros((0, domain.size(c)), dtype=np.int64) for c in self.columns},
                 np.zeros((0, 0), dtype=np.int64),
             )
+            for p in audit.primes
+        }
+        self._record_ranks = dict.fromkeys(audit.primes, 0)  # the record side's ranks so far
         self._pending: tuple | None = None
         self.gap = 0
+        everyone = np.packbits(np.ones(audit.n_records, dtype=bool))
         self.record([RegionForm(everyone, None, "{}")], audit._atoms)
 
     # ---------------------------------------------------------------- decisions
 
-    def check(self, forms: list[RegionForm], atoms: np.ndarray) -> str | None:
+    def check(
+        self, forms: list[RegionForm], atoms: np.ndarray, record_ranks: dict[int, int] | None = None
+    ) -> str | None:
         """Why releasing ``forms`` (``atoms``: the record atoms with them) would show a relation on
-        regions holding no record, or None."""
+        regions holding no record, or None. ``record_ranks``: the release audit's ranks with the
+        forms added (``ReleaseAudit.ranks_with``), computed here when not given."""
         try:
-            extended = self._extend(forms, atoms)
-        except AuditCapacity:
+            if record_ranks is None:
+                record_ranks = self.audit.ranks_with([Functional(f.members, f.weight) for f in forms], atoms)
+            extended = self._extend(forms)
+        except (AuditCapacity, BasisCapacity):
             return (
                 "the region audit cannot certify the release: its basis would exceed "
                 f"{self.max_entries} numbers"
             )
-        self._pending = (_key(forms), atoms, extended)
-        for cells, records in extended[1].values():
+        self._pending = (_key(forms), extended)
+        for p, (_, cells) in extended.items():
+            records = record_ranks[p] - self._record_ranks[p]
             if cells > records:
                 return (
                     "a region of the public domain holding no record would be shown: the released "
@@ -130,63 +139,52 @@ class RegionAudit:
         return None
 
     def record(self, forms: list[RegionForm], atoms: np.ndarray) -> None:
-        """Add released forms (after :meth:`check`, or on replay)."""
+        """Add released forms (after :meth:`check`, or on replay), after the release audit has
+        recorded them (its ranks are the record side's). ``atoms`` is kept for the signature's
+        callers; the release audit holds the atoms."""
+        del atoms
         pending = self._pending
-        if pending is not None and pending[0] == _key(forms) and np.array_equal(pending[1], atoms):
-            sides, gains = pending[2]
+        if pending is not None and pending[0] == _key(forms):
+            extended = pending[1]
         else:
-            sides, gains = self._extend(forms, atoms, capped=False)
+            extended = self._extend(forms, capped=False)
         self._pending = None
-        self._sides, self._atoms = sides, atoms.copy()
-        self.gap += max(cells - records for cells, records in gains.values())
+        ranks = self.audit.ranks()
+        self.gap += max(cells - (ranks[p] - self._record_ranks[p]) for p, (_, cells) in extended.items())
+        self._sides = {p: side for p, (side, _) in extended.items()}
+        self._record_ranks = ranks
 
     def entries(self) -> int:
-        """Residues kept, over all primes (the audit's memory in 8-byte numbers)."""
+        """Residues kept, over all primes (the cell side; the record side is the release audit's)."""
         total = 0
         for side in self._sides.values():
-            total += side.basis.size + side.inverse.size + sum(v.size for v in side.vectors.values())
+            total += side.inverse.size + sum(v.size for v in side.vectors.values())
         return total
 
-    # ---------------------------------------------------------------- the two ranks
+    # ---------------------------------------------------------------- the cell side
 
-    def _extend(self, forms: list[RegionForm], atoms: np.ndarray, capped: bool = True):
-        representatives = np.empty(int(atoms.max()) + 1, dtype=np.int64)
-        representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]
-        old_of_new = self._atoms[representatives]
-        first = np.full(int(self._atoms.max()) + 1, -1, dtype=np.int64)
-        first[old_of_new[::-1]] = np.arange(len(old_of_new))[::-1]
-        sides, gains = {}, {}
+    def _extend(self, forms: list[RegionForm], capped: bool = True) -> dict[int, tuple[_Side, int]]:
+        """Each prime's cell side with ``forms`` added, and the rank it gained."""
+        out = {}
         for p, side in self._sides.items():
-            basis, pivots = side.basis[:, old_of_new], first[side.pivots]
             vectors, inverse = dict(side.vectors), side.inverse
-            cells = records = 0
+            cells = 0
             for start in range(0, len(forms), CHUNK):
                 tick()
-                chunk = forms[start : start + CHUNK]
-                rows = np.stack([self._over_atoms(form, representatives, p) for form in chunk])
-                basis, pivots, grew = _reduce(basis, pivots, rows, p)
-                records += grew
-                factors_ = [self._over_cells(form, p) for form in chunk]
+                factors_ = [self._over_cells(form, p) for form in forms[start : start + CHUNK]]
                 stacked = {c: np.stack([f[c] for f in factors_]) for c in self.columns}
                 vectors, inverse, grew = _schur(vectors, inverse, stacked, p)
                 cells += grew
-                if capped and basis.size + inverse.size > self.max_entries:
+                if capped and inverse.size > self.max_entries:
                     raise AuditCapacity
-            sides[p] = _Side(basis, pivots, vectors, inverse)
-            gains[p] = (cells, records)
-        return sides, gains
+            out[p] = (_Side(vectors, inverse), cells)
+        return out
 
     def ranks(self) -> tuple[int, int]:
         """(rank over the records, rank over the cells) of everything released, modulo the first
         prime."""
-        side = next(iter(self._sides.values()))
-        return len(side.basis), len(side.inverse)
-
-    def _over_atoms(self, form: RegionForm, representatives: np.ndarray, p: int) -> np.ndarray:
-        row = ReleaseAudit._gather(form.members[None, :], representatives)[0].astype(np.int64)
-        if form.weight is not None:
-            row = row * self.audit._weight_residues(form.weight, p)[representatives] % p
-        return row
+        first = self.audit.primes[0]
+        return self._record_ranks[first], len(self._sides[first].inverse)
 
     def _over_cells(self, form: RegionForm, p: int) -> dict[str, np.ndarray]:
         admitted = json.loads(form.definition)
@@ -216,21 +214,6 @@ class RegionAudit:
 
 def _key(forms: list[RegionForm]) -> tuple:
     return tuple((f.members.tobytes(), f.weight, f.definition) for f in forms)
-
-
-def _reduce(basis: np.ndarray, pivots: np.ndarray, rows: np.ndarray, p: int):
-    """Reduce ``rows`` against a basis that is the identity on its pivot columns (one product),
-    bring the rest to RREF, and clear the basis on the new pivots. Returns (basis, pivots, the
-    number of new dimensions)."""
-    rest = rows % p
-    if len(basis):
-        rest = (rest - matmul(rest[:, pivots], basis, p)) % p
-    reduced, new = rref(rest, p)
-    if not len(reduced):
-        return basis, pivots, 0
-    if len(basis):
-        basis = (basis - matmul(basis[:, new], reduced, p)) % p
-    return np.vstack([basis, reduced]), np.concatenate([pivots, new]), len(reduced)
 
 
 def _schur(vectors: dict[str, np.ndarray], inverse: np.ndarray, factor: dict[str, np.ndarray], p: int):

@@ -149,6 +149,8 @@ class ReleaseAudit:
     _log2_norms: float = field(init=False, default=0.0)
     _residues: dict[tuple[str, int], np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _scales: dict[str, int] = field(init=False, default_factory=dict, repr=False)
+    _codes: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
+    _denominators: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _bases: dict[int, ReducedBasis] = field(init=False, default_factory=dict, repr=False)
     _pending: tuple | None = field(init=False, default=None, repr=False)
 
@@ -238,7 +240,7 @@ class ReleaseAudit:
             return None
         try:
             bases = self._extended(functionals, atoms, capped=True)
-        except _Capacity:
+        except BasisCapacity:
             return Finding(
                 f"the audit cannot certify the release: the basis of the released forms would "
                 f"exceed {self.max_entries} numbers"
@@ -249,6 +251,23 @@ class ReleaseAudit:
             if finding is not None:
                 return finding
         return None
+
+    def ranks_with(self, functionals: list[Functional], atoms: np.ndarray) -> dict[int, int]:
+        """Each prime's rank of the released forms with ``functionals`` added, over ``atoms`` (the
+        refined atoms): the record-side rank the region audit (``region_audit``) compares with
+        its rank over the cells. Reuses the bases :meth:`check` built for the same forms and keeps
+        them for :meth:`record`; raises :class:`BasisCapacity` past ``max_entries``."""
+        pending = self._pending
+        if pending is not None and pending[0] == _key(functionals) and np.array_equal(pending[1], atoms):
+            bases = pending[2]
+        else:
+            bases = self._extended(functionals, atoms, capped=True)
+            self._pending = (_key(functionals), atoms, bases)
+        return {p: basis.rank for p, basis in bases.items()}
+
+    def ranks(self) -> dict[int, int]:
+        """Each prime's rank of everything released, over the atoms."""
+        return {p: basis.rank for p, basis in self._bases.items()}
 
     def _decide(self, basis: ReducedBasis, sizes: np.ndarray, p: int) -> Finding | None:
         """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support."""
@@ -303,9 +322,9 @@ class ReleaseAudit:
                     )
                     refined = refined.extended(rows)
                     if capped and refined.entries > self.max_entries:
-                        raise _Capacity
+                        raise BasisCapacity
             if capped and refined.entries > self.max_entries:
-                raise _Capacity
+                raise BasisCapacity
             out[p] = refined
         return out
 
@@ -384,9 +403,7 @@ class ReleaseAudit:
             member = np.unpackbits(functional.members, count=n).astype(bool)
             code = member.astype(np.int64)
             if functional.weight is not None:  # members split by their factors' values (so by weight)
-                columns = factors(functional.weight, self.data.columns)
-                values = self.data[columns].to_numpy(dtype=np.float64)[member]
-                code[member] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
+                code = np.where(member, self._value_codes(functional.weight), 0)
             span = int(code.max()) + 1
             if int(key.max()) >= (1 << 62) // max(span, 1):
                 key = np.unique(key, return_inverse=True)[1].astype(np.int64)
@@ -399,10 +416,26 @@ class ReleaseAudit:
             return row_log2_norm(member.astype(np.float64))
         product, log2_denominator = np.ones(int(member.sum())), 0
         for column in factors(functional.weight, self.data.columns):
-            values = self.data[column].to_numpy(dtype=np.float64)[member]
-            product = product * values
-            log2_denominator += residues(values, self.primes[0])[1] if len(values) else 0
+            product = product * self.data[column].to_numpy(dtype=np.float64)[member]
+            if member.any():  # the members' common denominator: the largest one among them
+                log2_denominator += int(self._denominator_bits(column)[member].max())
         return row_log2_norm(product) + log2_denominator
+
+    def _value_codes(self, weight: str) -> np.ndarray:
+        """Each record's combination of the weight's factor values, numbered 1, 2, ... in sorted
+        order (kept per weight: a released sum splits its members by these codes)."""
+        if weight not in self._codes:
+            values = self.data[factors(weight, self.data.columns)].to_numpy(dtype=np.float64)
+            self._codes[weight] = np.unique(values, axis=0, return_inverse=True)[1].ravel() + 1
+        return self._codes[weight]
+
+    def _denominator_bits(self, column: str) -> np.ndarray:
+        """Each record's log2 of its dyadic value's denominator in ``column`` (``modular.residues``)."""
+        if column not in self._denominators:
+            distinct, inverse = np.unique(self.data[column].to_numpy(dtype=np.float64), return_inverse=True)
+            bits = [residues(np.array([value]), self.primes[0])[1] for value in distinct]
+            self._denominators[column] = np.asarray(bits, dtype=np.int64)[inverse.ravel()]
+        return self._denominators[column]
 
     def _weight_residues(self, weight: str, p: int) -> np.ndarray:
         """Each record's weight mod p: the product of its factors' exact residues."""
@@ -451,8 +484,8 @@ class ReleaseAudit:
 _CHUNK = 1024  # functionals gathered over the atoms at once
 
 
-class _Capacity(Exception):
-    """The kept basis would exceed ``max_entries``: the audit cannot certify."""
+class BasisCapacity(Exception):
+    """The kept basis would exceed ``max_entries``: the audit cannot certify (the release is refused)."""
 
 
 def _reduced(rows: np.ndarray, p: int) -> np.ndarray:

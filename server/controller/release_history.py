@@ -43,7 +43,7 @@ from petlab.server.controller.output_checking import Rules, check
 from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.query_set_control import QuerySetControl
 from petlab.server.controller.region_audit import RegionAudit, RegionForm
-from petlab.server.controller.release_audit import Functional, ReleaseAudit
+from petlab.server.controller.release_audit import BasisCapacity, Functional, ReleaseAudit
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,17 @@ class ReleaseHistory:
         violation = control.violation_packed(np.stack(sets)) if sets else None
         if violation:
             return f"query-set-size control: {violation}"
-        finding = self.audit.check([_functional(row) for row in self._new_rows(rows)])
+        functionals = [_functional(row) for row in self._new_rows(rows)]
+        finding = self.audit.check(functionals)
         if finding:
             return f"query-set-size control: exact audit: {finding.reason}"
         if self.region_audit is not None and self.regions and rows:
-            atoms = self.audit._refined([_functional(row) for row in rows])
-            region = self.region_audit.check([_region_form(row) for row in rows], atoms)
+            atoms = self.audit._refined(functionals)  # rows seen before split no atom
+            try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
+                ranks = self.audit.ranks_with(functionals, atoms)
+            except BasisCapacity:
+                return "empty region: the region audit cannot certify the release: the record basis is full"
+            region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
             if region:
                 return f"empty region: {region}"
         return None

@@ -11,57 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from audit_spaces import batch_space, kept_space, random_forms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petlab.server.controller.modular import left_null_space, matmul, random_prime, rref
+from petlab.server.controller.modular import random_prime
 from petlab.server.controller.release_audit import Functional, ReleaseAudit
 
 P = random_prime(np.random.default_rng(30))
-
-
-def batch_space(audit: ReleaseAudit) -> np.ndarray:
-    """V in reduced form over the small atoms, rebuilt from every released row (the reference)."""
-    sizes = np.bincount(audit._atoms)
-    representatives = np.empty(len(sizes), dtype=np.int64)
-    representatives[audit._atoms[::-1]] = np.arange(audit.n_records)[::-1]
-    bits, weights = audit.released_bits(), audit._weights
-    matrix = audit._over_atoms(bits, weights, representatives, P)
-    large = sizes >= audit.threshold
-    combinations = left_null_space(matrix[:, large], P)
-    if not len(combinations):
-        return np.zeros((0, int((~large).sum())), dtype=np.int64)
-    return rref(matmul(combinations, matrix[:, ~large], P), P)[0]
-
-
-def kept_space(audit: ReleaseAudit) -> np.ndarray:
-    basis = audit._bases[P]
-    vanishing = basis.vanishing_on_large()
-    assert not vanishing[:, basis.large].any()  # B_2 is zero on every large atom
-    assert np.array_equal(basis.rows[:, basis.pivots], np.eye(basis.rank, dtype=np.int64))
-    return rref(vanishing[:, ~basis.large], P)[0]
-
-
-def random_forms(
-    rng: np.random.Generator, data: pd.DataFrame, k: int, coarse: bool = False
-) -> list[Functional]:
-    """k random forms: sets, blocks of consecutive records, sums. ``coarse``: sums over large sets,
-    which make large atoms that are not pivots, so that later splits leave rows without a large
-    pivot (the hard case of ``reduced_basis``)."""
-    n = len(data)
-    out = []
-    for _ in range(k):
-        if coarse:
-            members = rng.random(n) < 0.9
-        elif rng.random() < 0.3:  # a block of consecutive records: nested and overlapping sets
-            low = int(rng.integers(0, n))
-            members = np.zeros(n, dtype=bool)
-            members[low : low + int(rng.integers(1, n))] = True
-        else:
-            members = rng.random(n) < rng.uniform(0.1, 0.9)
-        weights = ["w", "z", "w*z"] if coarse else [None, None, None, "w", "z", "w*z"]
-        out.append(Functional.of(members, rng.choice(np.array(weights, dtype=object))))
-    return out
 
 
 @settings(max_examples=25)
@@ -79,10 +36,10 @@ def test_the_incremental_audit_decides_as_the_batch_audit(seed):
         if incremental is None or rng.random() < 0.5:  # a refused step is sometimes recorded anyway
             audit.record(forms)
             released += forms
-            assert np.array_equal(kept_space(audit), batch_space(audit))
+            assert np.array_equal(kept_space(audit, P), batch_space(audit, P))
     restarted = ReleaseAudit(data, t, primes=(P,), rng=np.random.default_rng(seed))
     restarted.record(released)
     assert restarted.rank() == audit.rank()
-    assert np.array_equal(kept_space(restarted), kept_space(audit))
+    assert np.array_equal(kept_space(restarted, P), kept_space(audit, P))
     forms = random_forms(rng, data, 2)
     assert restarted.check(forms) == audit.check_batch(forms)
