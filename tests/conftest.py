@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,22 +81,45 @@ def iris_fast_model(iris_split) -> KnnModel:
 # ---------------------------------------------------------------------------------- servers
 
 
-def _run_directory(tmp_path_factory, name: str) -> Path:
-    """``name``, a directory (0700) every pytest-xdist worker of this run shares: under the workers'
-    common base temporary directory (xdist's documented pattern), else under this session's."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    directory = base / name
-    directory.mkdir(mode=0o700, exist_ok=True)
-    return directory
+@dataclass(frozen=True)
+class RunShare:
+    """A directory (0700) every pytest-xdist worker of this run shares (under the workers' common
+    base temporary directory, xdist's documented pattern; this session's own without xdist), where
+    compiled circuits and test keys are built once per run, not once per worker."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, tmp_path_factory: pytest.TempPathFactory, name: str) -> RunShare:
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            base = base.parent
+        directory = base / name
+        directory.mkdir(mode=0o700, exist_ok=True)
+        return cls(directory)
+
+    def lock(self, *what: object) -> FileLock:
+        """The lock under which ``what``'s artifacts are built or read: the first worker to take it
+        compiles (and generates keys) into the directory; another waits for it, then loads."""
+        digest = hashlib.sha256(repr(what).encode()).hexdigest()[:16]
+        return FileLock(self.directory / f"{digest}.lock", timeout=SHARED_BUILD_TIMEOUT)
+
+    @staticmethod
+    def keys(client: KnnClient, lock: FileLock, seed: int) -> None:
+        """Give ``client`` the keys stored beside ``lock`` (held by the caller), generated from
+        ``seed`` and stored (owner-only) by the first worker to need them."""
+        path = Path(lock.lock_file).with_suffix(".keys")
+        if path.exists():
+            client.load_keys(path.read_bytes())
+        else:
+            client.generate_keys(secret_seed=seed, encryption_seed=seed)
+            write_owner_only(path, client.secret_keys_bytes())
 
 
-def _built_once(directory: Path, name: str, settings: KnnSettings) -> FileLock:
-    """The lock under which (data set, settings)'s shared artifacts are built or read: the first
-    worker to take it compiles (and generates keys) into ``directory``; the other waits, then loads."""
-    digest = hashlib.sha256(repr((name, settings)).encode()).hexdigest()[:16]
-    return FileLock(directory / f"{digest}.lock", timeout=SHARED_BUILD_TIMEOUT)
+@pytest.fixture(scope="session")
+def run_share(tmp_path_factory) -> RunShare:
+    """:class:`RunShare` ``shared-builds``, for a module's own compiled circuits and keys."""
+    return RunShare.of(tmp_path_factory, "shared-builds")
 
 
 def _bundled_model(name: str, settings: KnnSettings) -> KnnModel:
@@ -111,14 +135,14 @@ def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
     model cache by the others; shared by every test module. Sharing one loaded ``fhe.Server``
     across servers is safe: ``RunningServer.stop`` calls its ``cleanup()``, which is a no-op in
     concrete-python 2.11 (it never removes its directory)."""
-    cache = _run_directory(tmp_path_factory, "compiled-models")
+    share = RunShare.of(tmp_path_factory, "compiled-models")
     made: dict[tuple[str, KnnSettings], HostedModel] = {}
 
     def make(name: str, settings: KnnSettings) -> HostedModel:
         if (name, settings) not in made:
             model = _bundled_model(name, settings)
-            with _built_once(cache, name, settings):
-                compiled = load_or_compile(model, CircuitConfig(), cache)
+            with share.lock(name, settings):
+                compiled = load_or_compile(model, CircuitConfig(), share.directory)
             made[name, settings] = HostedModel(model, compiled.server, dataset=name)
         return made[name, settings]
 
@@ -132,23 +156,17 @@ def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]
     holding generated keys (fixed seeds); compiled and keyed at most once per run, in one worker
     (the others load the circuit and the serialized keys: one key set per circuit in the whole
     run). For tests that need real keys and ciphertexts of a circuit other than a server's."""
-    cache = _run_directory(tmp_path_factory, "keyed-models")
+    share = RunShare.of(tmp_path_factory, "keyed-models")
     made: dict[tuple[str, KnnSettings], tuple[HostedModel, KnnClient]] = {}
 
     def make(name: str, settings: KnnSettings) -> tuple[HostedModel, KnnClient]:
         if (name, settings) not in made:
             model = _bundled_model(name, settings)
-            lock = _built_once(cache, name, settings)
-            with lock:
-                compiled = load_or_compile(model, default_config(model.algorithm), cache)
+            with share.lock(name, settings) as lock:
+                compiled = load_or_compile(model, default_config(model.algorithm), share.directory)
                 hosted = HostedModel(model, compiled.server, dataset=name)
                 client = KnnClient(hosted.specs)
-                keys = Path(lock.lock_file).with_suffix(".keys")
-                if keys.exists():
-                    client.load_keys(keys.read_bytes())
-                else:
-                    client.generate_keys(secret_seed=23, encryption_seed=23)
-                    write_owner_only(keys, client.secret_keys_bytes())
+                share.keys(client, lock, seed=23)
             made[name, settings] = hosted, client
         return made[name, settings]
 
