@@ -3,16 +3,19 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import capnp
 import numpy as np
 import pytest
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 from petlab.crypto.knn.config import CircuitConfig
@@ -20,6 +23,7 @@ from petlab.crypto.knn.deployment import KnnClient, start_concrete_runtime
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.knn.wire_format import SCHEMA
+from petlab.owner_only import write_owner_only
 from petlab.server.app import RunningServer, ServerOptions, start
 from petlab.server.knn.datasets import Dataset, load_bundled
 from petlab.server.knn.model_cache import load_or_compile
@@ -36,6 +40,9 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# the longest a worker waits for another to compile a circuit and generate its keys
+SHARED_BUILD_TIMEOUT = 600
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -74,23 +81,68 @@ def iris_fast_model(iris_split) -> KnnModel:
 # ---------------------------------------------------------------------------------- servers
 
 
+@dataclass(frozen=True)
+class RunShare:
+    """A directory (0700) every pytest-xdist worker of this run shares (under the workers' common
+    base temporary directory, xdist's documented pattern; this session's own without xdist), where
+    compiled circuits and test keys are built once per run, not once per worker."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, tmp_path_factory: pytest.TempPathFactory, name: str) -> RunShare:
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            base = base.parent
+        directory = base / name
+        directory.mkdir(mode=0o700, exist_ok=True)
+        return cls(directory)
+
+    def lock(self, *what: object) -> FileLock:
+        """The lock under which ``what``'s artifacts are built or read: the first worker to take it
+        compiles (and generates keys) into the directory; another waits for it, then loads."""
+        digest = hashlib.sha256(repr(what).encode()).hexdigest()[:16]
+        return FileLock(self.directory / f"{digest}.lock", timeout=SHARED_BUILD_TIMEOUT)
+
+    @staticmethod
+    def keys(client: KnnClient, lock: FileLock, seed: int) -> None:
+        """Give ``client`` the keys stored beside ``lock`` (held by the caller), generated from
+        ``seed`` and stored (owner-only) by the first worker to need them."""
+        path = Path(lock.lock_file).with_suffix(".keys")
+        if path.exists():
+            client.load_keys(path.read_bytes())
+        else:
+            client.generate_keys(secret_seed=seed, encryption_seed=seed)
+            write_owner_only(path, client.secret_keys_bytes())
+
+
+@pytest.fixture(scope="session")
+def run_share(tmp_path_factory) -> RunShare:
+    """:class:`RunShare` ``shared-builds``, for a module's own compiled circuits and keys."""
+    return RunShare.of(tmp_path_factory, "shared-builds")
+
+
+def _bundled_model(name: str, settings: KnnSettings) -> KnnModel:
+    train, _ = load_bundled(name).split()
+    return build_model(name, train.features, train.labels, settings, train.class_names, train.feature_names)
+
+
 @pytest.fixture(scope="session")
 def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
     """``hosted_model("iris", KnnSettings(n=6, k=3))``: a bundled data set's model as a server
     hosts it (trained on the split's training part, as ``petlab-server`` does), compiled at most
-    once per session for each (data set, settings) and shared by every test module. Sharing one
-    loaded ``fhe.Server`` across servers is safe: ``RunningServer.stop`` calls its ``cleanup()``,
-    which is a no-op in concrete-python 2.11 (it never removes its directory)."""
-    cache = tmp_path_factory.mktemp("compiled-models")
+    once per run for each (data set, settings), in one worker, and loaded from the run's shared
+    model cache by the others; shared by every test module. Sharing one loaded ``fhe.Server``
+    across servers is safe: ``RunningServer.stop`` calls its ``cleanup()``, which is a no-op in
+    concrete-python 2.11 (it never removes its directory)."""
+    share = RunShare.of(tmp_path_factory, "compiled-models")
     made: dict[tuple[str, KnnSettings], HostedModel] = {}
 
     def make(name: str, settings: KnnSettings) -> HostedModel:
         if (name, settings) not in made:
-            train, _ = load_bundled(name).split()
-            model = build_model(
-                name, train.features, train.labels, settings, train.class_names, train.feature_names
-            )
-            compiled = load_or_compile(model, CircuitConfig(), cache)
+            model = _bundled_model(name, settings)
+            with share.lock(name, settings):
+                compiled = load_or_compile(model, CircuitConfig(), share.directory)
             made[name, settings] = HostedModel(model, compiled.server, dataset=name)
         return made[name, settings]
 
@@ -101,21 +153,20 @@ def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
 def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]]:
     """``keyed_model("iris", KnnSettings(n=10, k=3))``: a bundled data set's model compiled with the
     configuration ``petlab-server`` uses for its algorithm (``default_config``), and a client of it
-    holding generated keys (fixed seeds); made at most once per session. For tests that need real
-    keys and ciphertexts of a circuit other than a server's."""
-    cache = tmp_path_factory.mktemp("keyed-models")
+    holding generated keys (fixed seeds); compiled and keyed at most once per run, in one worker
+    (the others load the circuit and the serialized keys: one key set per circuit in the whole
+    run). For tests that need real keys and ciphertexts of a circuit other than a server's."""
+    share = RunShare.of(tmp_path_factory, "keyed-models")
     made: dict[tuple[str, KnnSettings], tuple[HostedModel, KnnClient]] = {}
 
     def make(name: str, settings: KnnSettings) -> tuple[HostedModel, KnnClient]:
         if (name, settings) not in made:
-            train, _ = load_bundled(name).split()
-            model = build_model(
-                name, train.features, train.labels, settings, train.class_names, train.feature_names
-            )
-            compiled = load_or_compile(model, default_config(model.algorithm), cache)
-            hosted = HostedModel(model, compiled.server, dataset=name)
-            client = KnnClient(hosted.specs)
-            client.generate_keys(secret_seed=23, encryption_seed=23)
+            model = _bundled_model(name, settings)
+            with share.lock(name, settings) as lock:
+                compiled = load_or_compile(model, default_config(model.algorithm), share.directory)
+                hosted = HostedModel(model, compiled.server, dataset=name)
+                client = KnnClient(hosted.specs)
+                share.keys(client, lock, seed=23)
             made[name, settings] = hosted, client
         return made[name, settings]
 

@@ -426,22 +426,23 @@ def test_the_cost_model_recovers_a_known_latency_law():
 
 
 @pytest.fixture(scope="module")
-def split_hosting(tmp_path_factory):
+def split_hosting(run_share):
     """Iris, n = 12, the default family split over 2 partitions as a server hosts it, and clients
-    (fixed seeds) of it and of the same model split over 3 partitions."""
+    (fixed seeds) of it and of the same model split over 3 partitions (compiled and keyed once per
+    run: ``run_share``)."""
     from petlab.crypto.knn.deployment import KnnClient
     from petlab.server.knn.model_cache import load_or_compile
     from petlab.server.knn.service import HostedModel
 
-    cache = tmp_path_factory.mktemp("split-hosting")
     train, _ = load_bundled("iris").split()
     model = build_model("iris", train.features, train.labels, KnnSettings(n=12), train.class_names)
     made = {}
     for parts in (2, 3):
-        compiled = load_or_compile(model, THERMO, cache, parts=parts)
-        hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
-        client = KnnClient(hosted.specs)
-        client.generate_keys(secret_seed=25, encryption_seed=25)
+        with run_share.lock("split_hosting", parts) as lock:
+            compiled = load_or_compile(model, THERMO, run_share.directory, parts=parts)
+            hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
+            client = KnnClient(hosted.specs)
+            run_share.keys(client, lock, seed=25)
         made[parts] = hosted, client
     return made
 
