@@ -1,7 +1,7 @@
 """Output checking before anything is released (Domingo-Ferrer, PSD 2022, Section 2).
 
 The rules and parameters are those of the SACRO project's ``acro`` package (its ``default.yaml``),
-and the decisions equal acro's on the same tables (``tests/test_output_checking.py``):
+and the decisions equal acro's on the same tables (``tests/server/controller/test_output_checking.py``):
 
 * minimum threshold: every cell counts at least ``threshold`` = 10 records;
 * zeros are disclosive: an empty cell of a table is refused;

@@ -45,7 +45,7 @@ What a refusal of this rule reveals: that some relation among empty regions woul
 visible; the release would have shown the relation itself. In the attacks of issue 30 both
 branches refuse (an empty region here, a determined group of one record in ``release_audit``),
 so the refusal is the same whatever the target's value: it is simulatable there
-(``tests/test_controller_regions.py`` measures it).
+(``tests/server/controller/test_controller_regions.py`` measures it).
 """
 
 from __future__ import annotations
