@@ -11,7 +11,10 @@ median, and ``global_p_error`` (concrete's bound on a wrong lookup per evaluatio
 encrypted answer is checked against the clear reference of the same integer algorithm.
 Latencies are wall time on a shared 2-core machine: compare rows of one run, not across runs.
 ``--owner-settings`` builds the thermo family with the data owner's bits and distance for the data
-set (``server.knn.datasets.owner_settings``). For thermo rows the cost model's PBS count
+set (``server.knn.datasets.owner_settings``); with ``--n owner`` also the owner's own size choice
+(Iris's 40 selected points, wine's condensation, every point of the others), so
+``--dataset iris wine breast_cancer digits --owner-settings --n owner`` measures what each data
+set's server runs. For thermo rows the cost model's PBS count
 (``crypto.knn.thermo.cost``, no compilation) stands beside concrete's; :func:`cost_model_table`
 turns the rows into PBS per point, seconds per PBS and an extrapolation to 10^5 points.
 Paper figures (Ameur et al., PSD 2022, Tables 4-5): 1.72 s per Iris query single-threaded, 0.46 s
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import sys
 import time
 from dataclasses import replace
 from importlib.metadata import version
@@ -95,8 +99,12 @@ def _timed(function, *args):
     return result, time.perf_counter() - started
 
 
+#: ``--n owner``: the owner settings' own n (and condensation), not a size chosen on the command line
+OWNER_N = "owner"
+
+
 def bench_one(
-    n: int | None,
+    n: int | str | None,
     queries: int,
     algorithm: str = "fast",
     config: CircuitConfig | None = None,
@@ -111,13 +119,19 @@ def bench_one(
     """One configuration on a bundled data set (the first ``d`` features when given; ``n`` None:
     the whole training set; ``owner``: the thermo family with the owner's bits and distance;
     ``accuracy_splits``: also the clear reference's mean accuracy over that many splits, each
-    model built from its training split only, beside float k-NN's)."""
+    model built from its training split only, beside float k-NN's; ``n`` :data:`OWNER_N` with
+    ``owner``: the owner settings' own n)."""
+    if isinstance(n, str) and not (n == OWNER_N and owner and algorithm == "thermo"):
+        raise ValueError("n 'owner' needs the owner settings and the thermo family")
     config = config or default_config(algorithm)
     train, test = load_bundled(dataset).split()
     columns = slice(None) if d is None else slice(0, d)
-    settings = KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
-    if owner and algorithm == "thermo":
+    if isinstance(n, str):
+        settings = replace(owner_settings(dataset), k=k)
+    elif owner and algorithm == "thermo":
         settings = replace(owner_settings(dataset), n=n, k=k)
+    else:
+        settings = KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
     bounds = bundled_public_bounds(dataset) if d is None else None
     model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
@@ -250,7 +264,7 @@ def cost_model_table(rows: list[dict]) -> str:
 
 
 def run_bench(
-    ns: list[int | None],
+    ns: list[int | str | None],
     queries: int,
     out: Path,
     algorithms: list[str],
@@ -271,7 +285,7 @@ def run_bench(
         for n in tqdm(ns, desc=f"values of n ({dataset})"):
             for algorithm in algorithms:
                 limit = {"paper": paper_max_n, "fast": fast_max_n}.get(algorithm)
-                if limit is not None and (n is None or n > limit):
+                if limit is not None and not (isinstance(n, int) and n <= limit):
                     continue
                 rows.append(
                     bench_one(
@@ -354,7 +368,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_n_value,
         nargs="+",
         default=[10, 20, 40],
-        help="values of n ('all': the whole training set)",
+        help="values of n ('all': the whole training set; 'owner': the owner settings' own choice, "
+        "with --owner-settings)",
     )
     parser.add_argument(
         "--dataset", nargs="+", choices=list(BUNDLED), default=["iris"], help="data sets to run on"
@@ -397,6 +412,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if OWNER_N in args.n and not (args.owner_settings and args.algorithm == ["thermo"]):
+        message = "--n owner needs --owner-settings and --algorithm thermo"
+        print(f"petlab-experiments knn-bench: {message}", file=sys.stderr)
+        return 2
     custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
     config = (
         CircuitConfig(
@@ -422,10 +441,12 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def _n_value(text: str) -> int | None:
+def _n_value(text: str) -> int | str | None:
     if text == "all":
         return None
+    if text == OWNER_N:
+        return OWNER_N
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"n must be an integer or 'all', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"n must be an integer, 'all' or 'owner', got {text!r}") from None

@@ -4,6 +4,8 @@ row missed."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 from petlab.crypto.knn import condensation
@@ -41,3 +43,15 @@ def test_the_targets_table_calls_a_slow_row_missed():
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     assert "**missed**" in rows[0] and "637" in rows[0]  # 15 s / (54 s / 2292 PBS)
     assert "met" in rows[1]
+
+
+def test_n_owner_is_the_owner_settings_own_size_and_needs_them(capsys):
+    """``--n owner`` parses to the owner's size choice; without ``--owner-settings`` (or with a
+    family other than thermo) it is a usage error (status 2) before anything is built."""
+    parser = argparse.ArgumentParser()
+    knn_bench.add_arguments(parser)
+    assert parser.parse_args(["--n", "owner", "all", "40"]).n == [knn_bench.OWNER_N, None, 40]
+    wrong = (["--algorithm", "thermo"], ["--owner-settings"], ["--owner-settings", "--algorithm", "fast"])
+    for flags in wrong:
+        assert knn_bench.run(parser.parse_args(["--n", "owner", *flags])) == 2
+        assert "--n owner needs --owner-settings and --algorithm thermo" in capsys.readouterr().err

@@ -86,16 +86,31 @@ def decision_function(n_classes: int, vote_gap_bits: int) -> Callable:
     return decide
 
 
-def distance_function(spec: DistanceSpec, weights: np.ndarray, offsets: np.ndarray) -> Callable:
+#: Prefixes of steps 1-2 (``distance_function(..., upto=...)``): the raw sums, after the exact
+#: truncation, after the reduction (the circuit's distances); ``experiments/knn_stages.py`` times each
+DISTANCE_STAGES = ("raw", "truncated", "reduced")
+
+
+def distance_function(
+    spec: DistanceSpec, weights: np.ndarray, offsets: np.ndarray, upto: str = "reduced"
+) -> Callable:
     """Steps 1-2 on an encrypted code: the points' distances (``weights`` and ``offsets``: their
-    columns of the plan's, for a subset of the points)."""
+    columns of the plan's, for a subset of the points). ``upto`` stops after a prefix of
+    :data:`DISTANCE_STAGES` ("raw": ``code @ weights + offsets``; "truncated": its ``shift`` low
+    bits cleared, still scaled by ``2^shift``); the circuit always uses "reduced"."""
+    if upto not in DISTANCE_STAGES:
+        raise ValueError(f"upto must be one of {DISTANCE_STAGES}, got {upto!r}")
     reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
 
     def distances(code):
         raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
+        if upto == "raw":
+            return raw
         if reduction is not None:
             if spec.shift:
                 raw = fhe.truncate_bit_pattern(raw, spec.shift)
+            if upto == "truncated":
+                return raw
             raw = reduction[raw]
         return fhe.hint(raw, bit_width=spec.distance_bits)
 
