@@ -20,10 +20,10 @@ import pandas as pd
 from concrete import fhe
 
 from petlab.crypto.knn.families import classify_clear, default_config
-from petlab.crypto.knn.model import build_model
 from petlab.crypto.knn.thermo.circuit import circuit_function, compile_inputset
 from petlab.experiments import markdown
-from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
+from petlab.experiments.knn_stages import owner_model
+from petlab.server.knn.datasets import BUNDLED, load_bundled
 
 OPTIONS: dict[str, dict[str, bool]] = {
     "default": {},
@@ -33,14 +33,8 @@ OPTIONS: dict[str, dict[str, bool]] = {
 
 
 def measure(dataset: str, queries: int, options: tuple[str, ...]) -> list[dict]:
-    train, test = load_bundled(dataset).split()
-    model = build_model(
-        dataset,
-        train.features,
-        train.labels,
-        owner_settings(dataset),
-        public_bounds=bundled_public_bounds(dataset),
-    )
+    _, test = load_bundled(dataset).split()
+    model = owner_model(dataset)
     levels = model.quantizer.transform(test.features)[:queries]
     expected = classify_clear(model.plan, levels)
     base = default_config("thermo").concrete_configuration()  # the owner settings are thermo
