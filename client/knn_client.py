@@ -136,8 +136,10 @@ class KnnRemote:
                 bar.update(len(piece))
                 yield message
 
-        try:
-            reply = self.stub.RegisterKeys(chunks(), timeout=self.timeout)
+        try:  # a busy server's refusal (its retry hint) is asked again, as for a classification
+            reply = self._when_not_busy(
+                lambda timeout: self.stub.RegisterKeys(chunks(), timeout=timeout), bar.reset
+            )
         finally:
             bar.close()
         prepared.key_id = reply.key_id
@@ -198,18 +200,26 @@ class KnnRemote:
         flood a device would give up after about 20 s of the server's 5 s hints instead of at its
         deadline, and a policy is per channel, so every caller of ``make_channel`` (tests and
         experiments that count refusals) would retry too."""
+        return self._when_not_busy(lambda timeout: getattr(self.stub, method)(request, timeout=timeout))
+
+    def _when_not_busy(self, call, before_retry=lambda: None):
+        """``call(timeout)``, asked again after the server's ``retry-after-s`` hint (with jitter)
+        while the server answers busy, until this client's own timeout would pass. A refusal
+        without the hint (a quota, a cap) is final."""
         deadline = time.monotonic() + (self.timeout if self.timeout is not None else 3600.0)
         while True:
             try:
-                reply = getattr(self.stub, method)(request, timeout=max(1.0, deadline - time.monotonic()))
-                break
+                return call(max(1.0, deadline - time.monotonic()))
             except grpc.RpcError as exc:
-                wait = _retry_after(exc) * (1 + random.random())
-                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() + wait >= deadline:
+                hint = _retry_after(exc)
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or hint is None:
+                    raise
+                wait = hint * (1 + random.random())
+                if time.monotonic() + wait >= deadline:
                     raise
                 self._say(f"the server is busy; asking again in {wait:.0f} s")
                 time.sleep(wait)
-        return reply
+                before_retry()
 
     def _say(self, message: str) -> None:
         if self.show_progress:
@@ -240,16 +250,17 @@ def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:
     )
 
 
-def _retry_after(exc: grpc.RpcError) -> float:
-    """The server's ``retry-after-s`` hint (bounded to 1..60 s), 5 s without one."""
+def _retry_after(exc: grpc.RpcError) -> float | None:
+    """The server's ``retry-after-s`` hint (bounded to 1..60 s; 5 s when it does not parse),
+    None without one."""
     trailing = getattr(exc, "trailing_metadata", lambda: None)() or ()
     for key, value in trailing:
         if key == "retry-after-s":
             try:
                 return min(60.0, max(1.0, float(value)))
             except ValueError:
-                break
-    return 5.0
+                return 5.0
+    return None
 
 
 def verified_specs_digest(specs: bytes, announced: str) -> str:

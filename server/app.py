@@ -9,11 +9,15 @@ server listens in plaintext and only on a loopback address, and says so in its l
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import logging
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import grpc
 import pandas as pd
@@ -34,16 +38,21 @@ from petlab.protos import (
     paillier_pb2,
     paillier_pb2_grpc,
 )
-from petlab.protos.message_limits import CHANNEL_OPTIONS
 from petlab.server.common.admission import ServiceLimits
+from petlab.server.common.boundary import CallBoundary
 from petlab.server.common.callers import CallerIdentities, caller_identities, owner_quota
-from petlab.server.common.health import NOT_SERVING, SERVING, HealthStatuses, add_health_servicer
+from petlab.server.common.event_loop import LoopThread, shared_loop
+from petlab.server.common.fair_share import FairSlots
+from petlab.server.common.health import (
+    NOT_SERVING,
+    SEND_SECONDS,
+    SERVING,
+    HealthStatuses,
+    add_health_servicer,
+)
 from petlab.server.common.health import SERVICE_NAME as HEALTH_SERVICE
-from petlab.server.common.request_arrival import RequestArrival
-from petlab.server.common.send_deadline import SEND_SECONDS, SendDeadline
-from petlab.server.common.streams import StreamGuard, StreamLimits
-from petlab.server.common.thread_share import CallTimeLimit, ThreadShare
-from petlab.server.common.undecodable import UndecodableRequests
+from petlab.server.common.transport import ConnectionLimits, raise_descriptor_limit
+from petlab.server.common.worker_threads import run_in, threaded
 from petlab.server.controller.configuration import (
     check_identity_gate,
     controller_identity,
@@ -56,7 +65,7 @@ from petlab.server.controller.service import ControllerServicer
 from petlab.server.controller.session_store import SessionStore
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
 from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled, load_csv
-from petlab.server.knn.evaluators import Evaluator, LocalEvaluator
+from petlab.server.knn.evaluators import KEY_CACHE_BYTES, Evaluator, LocalEvaluator
 from petlab.server.knn.key_store import KeyStore, StoreCaps
 from petlab.server.knn.key_warmup import WarmupStore
 from petlab.server.knn.model_cache import load_or_compile
@@ -71,6 +80,7 @@ CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["AnalysisControl
 
 
 STOP_MARGIN_SECONDS = 3.0  # RunningServer.stop returns within grace plus this, whatever the peers do
+LOCK_FILE = "server.lock"  # in the data directory: one server per directory
 
 
 @dataclass
@@ -84,8 +94,8 @@ class ServerOptions:
     key_idle_seconds: float = 24 * 3600
     key_cap_bytes: int | None = None  # None: key_owners x owner_max_keys x the largest key set
     key_owners: int = 16  # owners the default caps make room for
-    workers: int = 8
-    max_concurrent_rpcs: int = 32
+    key_memory_bytes: int = KEY_CACHE_BYTES  # deserialised key sets kept in memory (server.knn.evaluators)
+    workers: int = 4  # threads for the k-NN room's work (evaluations, key checks) and the baseline's
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -113,20 +123,14 @@ class ServerOptions:
     tokens: Path | None = None  # bearer tokens file: identifies callers (server.common.callers)
     owner_cap_bytes: int | None = None  # per identified owner; None: owner_max_keys key sets
     owner_max_keys: int = 4
-    controller_threads: int = 2  # of ``workers``, kept from k-NN calls when the controller is served
-    call_seconds: float = 900.0  # server-side time limit of every call (server.common.thread_share)
-    request_seconds: float = 10.0  # a call's request message must arrive within this (request_arrival)
-    streams: StreamLimits = field(default_factory=StreamLimits)  # server.common.streams
-    send_seconds: float = SEND_SECONDS  # one send of a response stream (server.common.send_deadline)
+    controller_threads: int = 2  # threads for the analysis controller's decisions
+    call_seconds: float = 900.0  # server-side time limit of every call (server.common.boundary)
+    send_seconds: float = SEND_SECONDS  # a health watcher takes each status within this
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)  # server.common.transport
 
     @property
     def plaintext(self) -> bool:
         return not (self.tls_cert and self.tls_key)
-
-    @property
-    def reserved_threads(self) -> int:
-        """Threads k-NN calls never take: the controller's when it is served, else one for health."""
-        return self.controller_threads if self.analysis_data else 1
 
 
 @dataclass
@@ -161,17 +165,132 @@ class Services:
             hosted.server.cleanup()
 
 
+class AsyncServer:
+    """The ``grpc.aio`` server for :class:`Services`, on the event loop it is started from: every
+    service on one port behind :class:`~petlab.server.common.boundary.CallBoundary`, health and
+    reflection beside them. Work that takes CPU runs on two bounded pools (the k-NN room's
+    ``--workers`` threads, the controller's ``--controller-threads``); no call holds a thread while
+    it waits on its peer."""
+
+    def __init__(self, options: ServerOptions, services: Services):
+        self.options, self.services = options, services
+        self.health = HealthStatuses(options.send_seconds)
+        self.control: HealthControl | None = None
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._knn_pool = ThreadPoolExecutor(options.workers, thread_name_prefix="petlab-knn")
+        self._controller_pool = ThreadPoolExecutor(
+            options.controller_threads, thread_name_prefix="petlab-ctl"
+        )
+        self._paillier_pool = ThreadPoolExecutor(1, thread_name_prefix="petlab-paillier")
+        self._expiry: asyncio.Task | None = None
+        self._stopped = False
+
+    async def start(self) -> int:
+        options, services = self.options, self.services
+        loop = asyncio.get_running_loop()
+        self.health.bind(loop)
+        connections = ConnectionLimits(
+            **{
+                **options.connections.__dict__,
+                "connections": raise_descriptor_limit(options.connections.connections),
+            }
+        )
+        server = grpc.aio.server(
+            interceptors=[CallBoundary(options.call_seconds)],
+            options=connections.server_options(options.call_seconds),
+        )
+        services.knn.use_pool(self._knn_pool)
+        knn_pb2_grpc.add_KnnServiceServicer_to_server(services.knn, server)
+        if services.paillier is not None:
+            slots = FairSlots(1, "Paillier calls", options.limits.evaluation_waiting)
+            paillier = threaded(services.paillier, ("Distances", "Labels"), self._paillier_pool, slots)
+            paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(paillier, server)
+        if services.controller is not None:
+            slots = FairSlots(options.controller_threads, "analyses", options.limits.evaluation_waiting)
+            controller = threaded(
+                services.controller,
+                ("Describe", "OpenSession", "Next"),
+                self._controller_pool,
+                slots,
+                cheap=("Describe",),
+            )
+            controller_pb2_grpc.add_AnalysisControllerServicer_to_server(controller, server)
+        names = services.names()
+        add_health_servicer(self.health, server)
+        reflection.enable_server_reflection((*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
+        self.port = _bind(server, options)
+        await server.start()
+        self._server = server
+        cluster = services.evaluator if isinstance(services.evaluator, ClusterEvaluator) else None
+        self.control = HealthControl(self.health, ("", *names), ("", KNN_SERVICE) if cluster else ())
+        self.control.publish()
+        if cluster is not None:  # NOT_SERVING while the cluster has no workers
+            cluster.watch(self.control.set_cluster_serving)
+        self._expiry = loop.create_task(self._expire_keys(), name="petlab-key-expiry")
+        return self.port
+
+    async def _expire_keys(self) -> None:
+        services = self.services
+        while True:
+            await asyncio.sleep(min(60.0, self.options.key_idle_seconds / 4))
+            for key_id in await run_in(self._knn_pool, services.keys.expire):
+                log.info("evaluation key %s expired", key_id)
+                services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
+
+    async def stop(self, grace: float) -> None:
+        """Health NOT_SERVING to every watcher (never waited for), ``grace`` seconds for the calls
+        in flight, then every call still open is cancelled; returns within ``grace`` +
+        :data:`STOP_MARGIN_SECONDS` whatever the peers do. Evaluations already running finish on
+        their threads, unawaited. Stopping twice is harmless."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.health.enter_graceful_shutdown()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.stop(grace), grace + STOP_MARGIN_SECONDS)
+            except TimeoutError:
+                log.warning(
+                    "the gRPC server did not confirm its stop within %.0f s", grace + STOP_MARGIN_SECONDS
+                )
+        for pool in (self._knn_pool, self._controller_pool, self._paillier_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def set_maintenance(self, down: bool) -> None:
+        """The owner takes the server out of rotation (health NOT_SERVING for every service while
+        calls are still answered) or puts it back; ``petlab-server serve`` does it on SIGUSR1."""
+        if self.control is not None:
+            self.control.set_maintenance(down)
+
+
 @dataclass
 class RunningServer:
-    server: grpc.Server
-    port: int
-    health: HealthStatuses
-    services: Services
-    _expiry_stop: threading.Event
-    streams: StreamGuard | None = None
-    send_deadline: SendDeadline | None = None
-    health_control: HealthControl | None = None
-    _stopped: threading.Event = field(default_factory=threading.Event)
+    """A server started from synchronous code (tests, experiments, the library): its
+    :class:`AsyncServer` runs on the process's shared event-loop thread
+    (``server.common.event_loop``)."""
+
+    server: AsyncServer
+    loop: LoopThread
+    directory_lock: IO[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def services(self) -> Services:
+        return self.server.services
+
+    @property
+    def health(self) -> HealthStatuses:
+        return self.server.health
+
+    @property
+    def health_control(self) -> HealthControl | None:
+        return self.server.control
 
     @property
     def keys(self) -> KeyStore:
@@ -200,30 +319,43 @@ class RunningServer:
         return evaluator if isinstance(evaluator, ClusterEvaluator) else None
 
     def stop(self, grace: float = 10.0) -> None:
-        """Flip health to NOT_SERVING, drain in-flight calls for ``grace`` seconds, release; returns
-        within ``grace`` + :data:`STOP_MARGIN_SECONDS` whatever the peers do.
-
-        The flip only records the status and wakes the watchers (``server.common.health``: nothing
-        is sent under a lock, so no watcher can hold it); ``server.stop`` cancels every call still
-        open after ``grace``, and its wait is bounded too. Stopping twice is harmless."""
-        if self._stopped.is_set():
+        """:meth:`AsyncServer.stop`, then the stores closed and the data directory released;
+        returns within ``grace`` + :data:`STOP_MARGIN_SECONDS` (plus closing the stores)."""
+        if self.directory_lock is None:
             return
-        self._stopped.set()
-        self.health.enter_graceful_shutdown()
-        if not self.server.stop(grace).wait(grace + STOP_MARGIN_SECONDS):
-            log.warning("the gRPC server did not confirm its stop within %.0f s", grace + STOP_MARGIN_SECONDS)
-        self._expiry_stop.set()
-        if self.streams is not None:
-            self.streams.close()
-        if self.send_deadline is not None:
-            self.send_deadline.close()
+        try:
+            self.loop.run(self.server.stop(grace), grace + 2 * STOP_MARGIN_SECONDS)
+        except TimeoutError:
+            log.warning("the server's stop did not finish within %.0f s", grace + 2 * STOP_MARGIN_SECONDS)
         self.services.close()
+        release_directory(self.directory_lock)
+        self.directory_lock = None
 
     def set_maintenance(self, down: bool) -> None:
-        """The owner takes the server out of rotation (health NOT_SERVING for every service while
-        calls are still answered) or puts it back; ``petlab-server serve`` does it on SIGUSR1."""
-        if self.health_control is not None:
-            self.health_control.set_maintenance(down)
+        self.server.set_maintenance(down)
+
+
+def lock_directory(data_dir: Path) -> IO[bytes]:
+    """Take the data directory for this server (a lock on :data:`LOCK_FILE` held until
+    :func:`release_directory` or the process ends); ``OSError`` when another server has it."""
+    handle = open(data_dir / LOCK_FILE, "ab")  # noqa: SIM115 (held open for the server's life)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise OSError(
+            f"another petlab-server is using the data directory {data_dir}; stop it, or give this "
+            "one its own --data-dir"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n".encode())
+    handle.flush()
+    return handle
+
+
+def release_directory(handle: IO[bytes]) -> None:
+    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    handle.close()
 
 
 @dataclass
@@ -363,17 +495,14 @@ def check_options(options: ServerOptions, models_given: bool = False) -> None:
             f"refusing plaintext on non-loopback address {options.host}: give "
             "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
         )
-    if not 1 <= options.reserved_threads < options.workers:
-        raise ValueError("--controller-threads must be at least 1 and leave --workers threads for k-NN calls")
-    options.limits.check(options.workers - options.reserved_threads)
-    if options.request_seconds <= 0:
-        raise ValueError("--request-seconds must be positive")
-    if options.streams.slots + options.workers >= options.max_concurrent_rpcs:
-        raise ValueError(
-            f"--max-concurrent-rpcs ({options.max_concurrent_rpcs}) must exceed --stream-slots "
-            f"({options.streams.slots}) plus --workers ({options.workers}), or open streams could "
-            "leave no room for other calls"
-        )
+    if options.workers < 1 or options.controller_threads < 1:
+        raise ValueError("--workers and --controller-threads must be at least 1")
+    options.limits.check(options.workers)
+    options.connections.check()
+    if options.call_seconds <= 0 or options.send_seconds <= 0:
+        raise ValueError("--call-seconds and --send-seconds must be positive")
+    if options.key_memory_bytes <= 0:
+        raise ValueError("--key-memory-mb must be positive")
     if options.analysis_data:
         check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
 
@@ -395,7 +524,7 @@ def build_evaluator(
         return evaluator
     if cluster is not None:
         cluster.close()
-    return LocalEvaluator(servers, graphs)
+    return LocalEvaluator(servers, graphs, options.key_memory_bytes)
 
 
 def store_caps(options: ServerOptions, hosted: dict[str, HostedModel]) -> StoreCaps:
@@ -494,65 +623,34 @@ def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None
 
 
 def serve(options: ServerOptions, services: Services) -> RunningServer:
-    """Put ``services`` on one gRPC server (interceptors, health, reflection), bind, start."""
-    streams = StreamGuard(options.streams)
-    send_deadline = SendDeadline(options.send_seconds)
-    server = grpc.server(
-        # a thread for every admitted call: one waiting for its request message holds one
-        # (server.common.request_arrival); --workers bounds the calls that work (ThreadShare)
-        ThreadPoolExecutor(max_workers=options.max_concurrent_rpcs, thread_name_prefix="petlab-rpc"),
-        maximum_concurrent_rpcs=options.max_concurrent_rpcs,
-        options=list(CHANNEL_OPTIONS),
-        interceptors=[
-            RequestArrival(options.request_seconds),
-            UndecodableRequests(),
-            streams,
-            send_deadline,
-            CallTimeLimit(options.call_seconds),
-            ThreadShare((KNN_SERVICE, PAILLIER_SERVICE), options.workers - options.reserved_threads),
-        ],
-    )
-    knn_pb2_grpc.add_KnnServiceServicer_to_server(services.knn, server)
-    if services.paillier is not None:
-        paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(services.paillier, server)
-    if services.controller is not None:
-        controller_pb2_grpc.add_AnalysisControllerServicer_to_server(services.controller, server)
-    names = services.names()
-    health_servicer = HealthStatuses()
-    add_health_servicer(health_servicer, server)
-    reflection.enable_server_reflection((*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
-    port = _bind(server, options)
-    server.start()
-    cluster = services.evaluator if isinstance(services.evaluator, ClusterEvaluator) else None
-    control = HealthControl(health_servicer, ("", *names), ("", KNN_SERVICE) if cluster else ())
-    control.publish()
-    if cluster is not None:  # NOT_SERVING while the cluster has no workers
-        cluster.watch(control.set_cluster_serving)
-    stop_expiry = threading.Event()
-
-    def expire_keys() -> None:
-        while not stop_expiry.wait(min(60.0, options.key_idle_seconds / 4)):
-            for key_id in services.keys.expire():
-                log.info("evaluation key %s expired", key_id)
-                services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
-
-    threading.Thread(target=expire_keys, name="petlab-key-expiry", daemon=True).start()
-    return RunningServer(
-        server, port, health_servicer, services, stop_expiry, streams, send_deadline, control
-    )
+    """Put ``services`` on one ``grpc.aio`` server on the process's shared event-loop thread."""
+    loop = shared_loop()
+    server = AsyncServer(options, services)
+    loop.run(server.start(), 60.0)
+    return RunningServer(server, loop)
 
 
 def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> RunningServer:
-    """Build and serve (models compiled or loaded from the cache unless given)."""
-    services = build_services(options, hosted)
+    """Take the data directory, build and serve (models compiled or loaded from the cache unless
+    given); ``OSError`` when another server holds the directory or the port is taken."""
+    private_directory(options.data_dir, "to keep the server's data there")
+    directory_lock = lock_directory(options.data_dir)
     try:
-        return serve(options, services)
-    except Exception:
-        services.close()
+        services = build_services(options, hosted)
+    except BaseException:
+        release_directory(directory_lock)
         raise
+    try:
+        running = serve(options, services)
+    except BaseException:
+        services.close()
+        release_directory(directory_lock)
+        raise
+    running.directory_lock = directory_lock
+    return running
 
 
-def _bind(server: grpc.Server, options: ServerOptions) -> int:
+def _bind(server: grpc.aio.Server, options: ServerOptions) -> int:
     address = f"{options.host}:{options.port}"
     if options.tls_cert and options.tls_key:
         client_ca = options.tls_client_ca.read_bytes() if options.tls_client_ca else None
@@ -562,10 +660,22 @@ def _bind(server: grpc.Server, options: ServerOptions) -> int:
             require_client_auth=client_ca is not None,
         )
         port = server.add_secure_port(address, credentials)
+        if port == 0:
+            raise OSError(_port_taken(address))
         log.info("listening with TLS%s on %s:%d", " (mutual)" if client_ca else "", options.host, port)
     else:
-        port = server.add_insecure_port(address)
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError:
+            port = 0
+        if port == 0:
+            raise OSError(_port_taken(address))
         log.warning("listening WITHOUT TLS on %s:%d: plaintext is for local demos only", options.host, port)
-    if port == 0:
-        raise OSError(f"could not bind {address}")
     return port
+
+
+def _port_taken(address: str) -> str:
+    return (
+        f"could not listen on {address}: the port is taken (another server?) or the address is not "
+        "this machine's; stop the other server or choose another --port"
+    )

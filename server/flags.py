@@ -17,7 +17,7 @@ from petlab.dask_cluster import add_cluster_arguments, spec_from_args
 from petlab.server.app import ServerOptions
 from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.environment import add_env_option, add_env_switch, env
-from petlab.server.common.streams import StreamLimits
+from petlab.server.common.transport import ConnectionLimits
 from petlab.server.knn.datasets import BUNDLED
 
 
@@ -38,62 +38,66 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         serve,
         "--workers",
         int,
-        8,
-        "calls doing work at once: k-NN calls take at most this minus --controller-threads (the "
-        "pool has a thread for every admitted call)",
+        4,
+        "threads for the k-NN room's work (evaluations, key checks and storage) and the Paillier "
+        "baseline; a call waiting on its peer holds none",
     )
-    add_env_option(serve, "--max-concurrent-rpcs", int, 32, "calls admitted at once; more are refused")
     add_env_option(serve, "--tls-cert", Path, None, "the server's certificate (PEM), with --tls-key")
     add_env_option(serve, "--tls-key", Path, None, "the server's private key (PEM)")
     add_env_option(
         serve, "--tls-client-ca", Path, None, "require client certificates signed by this CA (mutual TLS)"
     )
     add_env_switch(serve, "--allow-insecure", "plaintext on a non-loopback address")
-    add_env_option(
-        serve,
-        "--controller-threads",
-        int,
-        2,
-        "threads of --workers that k-NN calls never take, kept for the analysis controller (when "
-        "--analysis-data is served; else 1 is kept for health checks)",
-    )
+    add_env_option(serve, "--controller-threads", int, 2, "threads for the analysis controller's decisions")
     add_env_option(
         serve,
         "--call-seconds",
         float,
         900.0,
-        "server-side time limit of every call; a call still running is cancelled (it must cover "
-        "the slowest key upload you accept)",
-    )
-    add_env_option(
-        serve,
-        "--request-seconds",
-        float,
-        10.0,
-        "a call whose request message has not arrived this long after it opened is cancelled",
-    )
-    add_env_option(
-        serve,
-        "--stream-slots",
-        int,
-        8,
-        "response streams (health Watch, reflection) open at once; more are refused at once",
-    )
-    add_env_option(serve, "--stream-seconds", float, 600.0, "a response stream open this long is cancelled")
-    add_env_option(
-        serve,
-        "--stream-idle-seconds",
-        float,
-        60.0,
-        "a stream that reads requests (reflection) and gets none this long is cancelled",
+        "server-side time limit of every call, health watches included; a call still running is "
+        "cancelled (it must cover the slowest key upload you accept)",
     )
     add_env_option(
         serve,
         "--send-seconds",
         float,
         5.0,
-        "a response stream (health Watch, reflection) whose peer has not taken one message this long "
-        "is cancelled",
+        "a health watcher that has not taken one status this long is dropped",
+    )
+    add_env_option(
+        serve,
+        "--max-streams-per-connection",
+        int,
+        100,
+        "concurrent calls on one connection, advertised to peers (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)",
+    )
+    add_env_option(
+        serve,
+        "--max-connections",
+        int,
+        4096,
+        "connections held at once; more are closed as they arrive (lowered to fit the descriptor limit)",
+    )
+    add_env_option(
+        serve,
+        "--handshake-seconds",
+        float,
+        10.0,
+        "a connection that has not finished its TLS/HTTP/2 handshake this long is closed",
+    )
+    add_env_option(
+        serve,
+        "--connection-idle-seconds",
+        float,
+        300.0,
+        "a connection with no call this long is closed (GOAWAY)",
+    )
+    add_env_option(
+        serve,
+        "--connection-age-seconds",
+        float,
+        3600.0,
+        "connections are renewed after this long (GOAWAY; calls in flight get --call-seconds to end)",
     )
     add_env_option(serve, "--grace", float, 30.0, "seconds to drain in-flight calls on shutdown")
     add_knn_arguments(parser.add_argument_group("encrypted k-NN models"))
@@ -110,16 +114,20 @@ def serve_options(args: argparse.Namespace) -> ServerOptions:
         "host": args.host,
         "port": args.port,
         "workers": args.workers,
-        "max_concurrent_rpcs": args.max_concurrent_rpcs,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
         "tls_client_ca": args.tls_client_ca,
         "allow_insecure": args.allow_insecure,
         "controller_threads": args.controller_threads,
         "call_seconds": args.call_seconds,
-        "request_seconds": args.request_seconds,
-        "streams": StreamLimits(args.stream_slots, args.stream_idle_seconds, args.stream_seconds),
         "send_seconds": args.send_seconds,
+        "connections": ConnectionLimits(
+            streams_per_connection=args.max_streams_per_connection,
+            connections=args.max_connections,
+            handshake_seconds=args.handshake_seconds,
+            idle_seconds=args.connection_idle_seconds,
+            age_seconds=args.connection_age_seconds,
+        ),
     }
     return ServerOptions(**server, **knn_options(args), **analysis_options(args), **caller_options(args))
 
@@ -165,6 +173,14 @@ def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
     add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
     add_env_option(
         serve,
+        "--key-memory-mb",
+        float,
+        1024.0,
+        "evaluation key sets kept deserialised in memory, MiB at their stored size (40 MiB for an "
+        "Iris key set): room for the callers being served",
+    )
+    add_env_option(
+        serve,
         "--key-cap-mb",
         float,
         None,
@@ -190,16 +206,16 @@ def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
         "--evaluation-slots",
         int,
         3,
-        "threads for classifications: running, queued for the model, or waiting for a fair share "
-        "(--evaluation-waiting of them); shared fairly between callers",
+        "evaluations admitted at once, one query at a time, shared fairly between callers (at most "
+        "--workers)",
     )
     add_env_option(
         serve,
         "--evaluation-waiting",
         int,
-        1,
-        "of --evaluation-slots, places where a caller under its fair share waits for another to "
-        "end (0: none, such callers are refused at once)",
+        32,
+        "callers under their fair share that may wait for an evaluation slot (a waiting call holds "
+        "no thread; 0: such callers are refused at once)",
     )
     add_env_option(
         serve,
@@ -253,6 +269,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "key_idle_seconds": args.key_idle_hours * 3600,
         "key_cap_bytes": None if args.key_cap_mb is None else int(args.key_cap_mb * (1 << 20)),
         "key_owners": args.key_owners,
+        "key_memory_bytes": int(args.key_memory_mb * (1 << 20)),
         "enable_paillier_baseline": args.enable_paillier_baseline,
         "cluster": spec_from_args(args),
         "partitions": args.partitions,

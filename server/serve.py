@@ -1,14 +1,16 @@
 """``petlab-server serve``: the flags (``server.flags``) become ``ServerOptions``; the server is built
-and started (``server.app``) and runs until SIGTERM or SIGINT, then drains in-flight calls for
-``--grace`` seconds and exits within ``--grace`` + :data:`EXIT_MARGIN_SECONDS` whatever its peers
-do (a thread still busy then, an evaluation say, does not keep the process; once drained it ends
-at once, without Python's teardown). SIGUSR1 takes the server
-out of rotation (health NOT_SERVING, calls still answered) and the next SIGUSR1 puts it back: a
-signal only the owner of the process can send."""
+(``server.app.build_services``), takes its data directory and port, and serves on the main
+thread's event loop until SIGTERM or SIGINT. Both signals are handled on the loop (they wake it
+whichever thread the kernel gives them to): the server drains in-flight calls for ``--grace``
+seconds and the process exits within ``--grace`` + :data:`EXIT_MARGIN_SECONDS` whatever its peers
+do (an evaluation still running then does not keep it), with status 0 after SIGTERM and 130 after
+SIGINT (the exit-status table). SIGUSR1 takes the server out of rotation (health NOT_SERVING, calls
+still answered) and the next SIGUSR1 puts it back: a signal only the owner of the process can send."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import os
@@ -17,14 +19,23 @@ import sys
 import threading
 from typing import NoReturn
 
-from petlab.errors import BadInput
-from petlab.server.app import start
+from petlab.errors import INTERRUPTED, OK, BadInput
+from petlab.server.app import (
+    STOP_MARGIN_SECONDS,
+    AsyncServer,
+    ServerOptions,
+    Services,
+    build_services,
+    lock_directory,
+    release_directory,
+)
 from petlab.server.flags import add_serve_arguments, serve_options
 
 log = logging.getLogger("petlab.server")
 
 EXIT_MARGIN_SECONDS = 5.0  # the promise: gone within --grace + this after SIGTERM or SIGINT
 FORCE_MARGIN_SECONDS = 4.0  # when the process ends itself: a second before the promise runs out
+EXIT_STATUS = {signal.SIGTERM: OK, signal.SIGINT: INTERRUPTED}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,67 +45,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         options = serve_options(args)
-        running = start(options)
+    except ValueError as exc:  # a bad flag combination: exit status 2
+        raise BadInput(str(exc)) from exc
+    try:
+        options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = lock_directory(options.data_dir)  # held until the process ends
+        services = build_services(options)
     except ValueError as exc:  # a bad flag, model name, CSV or bounds file: exit status 2
         raise BadInput(str(exc)) from exc
-    except (OSError, RuntimeError) as exc:  # the port is taken, a directory cannot be made: 1
+    except (OSError, RuntimeError) as exc:  # the directory is taken, cannot be made: 1
+        log.error("%s", exc)
+        return 1
+    status = asyncio.run(serve_until_signal(options, services, args))
+    release_directory(lock)
+    end_process(status)
+
+
+async def serve_until_signal(options: ServerOptions, services: Services, args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT, then drain; the exit status the signal calls for."""
+    loop = asyncio.get_running_loop()
+    server = AsyncServer(options, services)
+    try:
+        port = await server.start()
+    except (OSError, RuntimeError) as exc:  # the port is taken
         log.error("%s", exc)
         return 1
     if args.port_file:
-        args.port_file.write_text(str(running.port))
-    stopped = threading.Event()
-    stopping = threading.Event()
-    maintenance = threading.Event()
+        args.port_file.write_text(str(port))
+    stopping: asyncio.Future[int] = loop.create_future()
+    maintenance = [False]
 
-    def shut_down(signum, frame) -> None:
-        if stopping.is_set():
-            return
-        stopping.set()
-        log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-        exit_deadline(args.grace + FORCE_MARGIN_SECONDS)
+    def stop(signum: int) -> None:
+        if not stopping.done():
+            log.info("signal %d: draining for up to %.0f s", signum, args.grace)
+            exit_deadline(args.grace + FORCE_MARGIN_SECONDS, EXIT_STATUS[signal.Signals(signum)])
+            stopping.set_result(signum)
 
-        def drain() -> None:
-            running.stop(args.grace)
-            stopped.set()
+    def toggle_maintenance() -> None:
+        maintenance[0] = not maintenance[0]
+        log.info(
+            "signal %d: health %s",
+            signal.SIGUSR1,
+            "NOT_SERVING (maintenance)" if maintenance[0] else "SERVING",
+        )
+        server.set_maintenance(maintenance[0])
 
-        threading.Thread(target=drain, name="petlab-drain", daemon=True).start()
-
-    def toggle_maintenance(signum, frame) -> None:
-        down = not maintenance.is_set()
-        if down:
-            maintenance.set()
-        else:
-            maintenance.clear()
-        log.info("signal %d: health %s", signum, "NOT_SERVING (maintenance)" if down else "SERVING")
-        threading.Thread(target=running.set_maintenance, args=(down,), daemon=True).start()
-
-    signal.signal(signal.SIGTERM, shut_down)
-    signal.signal(signal.SIGINT, shut_down)
-    signal.signal(signal.SIGUSR1, toggle_maintenance)
-    stopped.wait()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    loop.add_signal_handler(signal.SIGUSR1, toggle_maintenance)
+    signum = await stopping
+    await server.stop(args.grace)
+    with contextlib.suppress(TimeoutError):  # the stores commit every change; closing is tidiness
+        await asyncio.wait_for(loop.run_in_executor(None, services.close), STOP_MARGIN_SECONDS)
     log.info("stopped")
-    end_process()  # the drain closed everything; the interpreter's own teardown is not waited for
+    return EXIT_STATUS[signal.Signals(signum)]
 
 
-def end_process() -> NoReturn:
-    """Flush the log and the standard streams and end the process at once, status 0 (the stop was
-    asked for). Python's own teardown is skipped: measured in ``petlab-experiments liveness-stress``
-    on a loaded 2-core machine, it kept about one stopped server in twenty running for more than
-    5 s after "stopped" (the main thread still busy, the exit timer unable to run)."""
+def end_process(status: int = OK) -> NoReturn:
+    """Flush the log and the standard streams and end the process at once with ``status``.
+    Python's own teardown is skipped: it would wait for an evaluation still running on a worker
+    thread, and the stores are consistent on disk after every write (the key store's index and
+    the session database commit each change)."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    os._exit(0)
+    os._exit(status)
 
 
-def exit_deadline(seconds: float) -> None:
-    """End the process ``seconds`` from now if it is still running then (a drain that never ends,
-    a thread that the interpreter's exit would wait for), with status 0: the stop was asked for."""
+def exit_deadline(seconds: float, status: int) -> None:
+    """End the process ``seconds`` from now with ``status`` if it is still running then (a drain
+    that never ends, a thread that the interpreter's exit would wait for)."""
 
     def force() -> None:
         log.warning("still running %.0f s after the stop signal: exiting now", seconds)
-        end_process()
+        end_process(status)
 
     timer = threading.Timer(seconds, force)
     timer.daemon = True

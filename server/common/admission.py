@@ -1,58 +1,54 @@
-"""Server-side limits that keep one caller from stalling everyone (issue 15, item 3).
+"""Admission limits that keep one caller from taking what others need, on the event loop.
 
-gRPC's synchronous Python server runs every call on one thread of a fixed pool. Eight key uploads
-that never send a byte used to hold all eight threads, so every other call, the analysis
-controller's included, waited for its deadline. Two mechanisms bound that:
+Every call's waiting is a suspended coroutine (``grpc.aio``), so a caller that stalls costs no
+thread; what is scarce is the work: evaluations and key checks run in a bounded pool of
+``--workers`` threads, and uploads buffer keys in memory. These bound it:
 
-* :class:`Slots`: fail-fast admission. A call that needs a slot (a key upload, an evaluation) and
-  finds none free is answered at once with RESOURCE_EXHAUSTED, a retry hint in the message and
-  in the ``retry-after-s`` trailing metadata, instead of queueing on a pool thread. Uploads and
-  evaluations together hold at most ``upload_slots + evaluation_slots`` threads, fewer than the
-  pool (checked in :meth:`ServiceLimits.check`), so cheap calls always find a thread.
+* :class:`Slots`: fail-fast admission. A call that needs a slot (a key upload) and finds none free
+  is answered at once with RESOURCE_EXHAUSTED, a retry hint in the message and in the
+  ``retry-after-s`` trailing metadata, which the clients follow.
 * :class:`OwnerSlots`: the same, per identified owner (``owner_upload_slots``,
   ``owner_evaluation_slots``), taken before the shared slots: one owner cannot hold every shared
   slot, so its exhausted quota never refuses another owner.
-* :class:`server.common.fair_share.FairSlots`: evaluation slots, shared fairly between callers;
-  ``evaluation_waiting`` of the ``evaluation_slots`` threads are a room where a caller under its
-  share waits (boundedly) for one of the others.
-* :class:`UploadWatchdog`: a timer per upload that cancels the call when the first chunk has not
-  arrived within ``first_chunk_seconds``, or when, after ``grace_seconds``, fewer than
-  ``min_bytes_per_second`` on average have arrived. The cancelled upload ends as any broken
-  upload does: its staging file is removed and nothing is stored.
+* ``server.common.fair_share.FairSlots``: evaluations, shared fairly between callers, one query
+  at a time (a batch of 64 queries takes 64 turns).
+* :class:`UploadPace`: an upload whose first chunk has not arrived within ``first_chunk_seconds``,
+  or that after ``grace_seconds`` has averaged fewer than ``min_bytes_per_second``, ends with
+  DEADLINE_EXCEEDED; nothing is stored. Each chunk is awaited with that bound, so a peer that
+  stops sending is dropped, never waited for.
 
-Evaluations cannot be interrupted once concrete runs them; each is bounded by the caller's
-deadline before it starts (``ClassifyBatch`` checks it between queries and releases the model
-between them), and by the slot count.
+Slots are counted on the event loop's thread only (no lock).
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any
 
 import grpc
 
-from petlab.server.common.rpc_errors import abort
+from petlab.server.common.rpc_errors import RETRY_AFTER_SECONDS, CallRefused, refuse_busy
 
-RETRY_AFTER_SECONDS = 5
+__all__ = ["RETRY_AFTER_SECONDS", "OwnerSlots", "ServiceLimits", "Slots", "UploadPace", "refuse_busy"]
 
 
 @dataclass(frozen=True)
 class ServiceLimits:
     upload_slots: int = 2
-    evaluation_slots: int = 3  # threads: one running per model lock, the rest waiting briefly
+    evaluation_slots: int = 3  # evaluations admitted at once (each runs on a worker thread)
     first_chunk_seconds: float = 10.0
     grace_seconds: float = 10.0
     min_bytes_per_second: float = 256 * 1024
     owner_upload_slots: int = 1  # per identified owner (tokens or client certificates)
     owner_evaluation_slots: int = 1
-    # of evaluation_slots, places where a caller under its fair share waits for one of the others
-    # (server.common.fair_share); 0: nobody waits
-    evaluation_waiting: int = 1
+    # callers under their fair share waiting for an evaluation slot (server.common.fair_share);
+    # a waiting call holds a suspended coroutine and its request, no thread; 0: nobody waits
+    evaluation_waiting: int = 32
     evaluation_wait_seconds: float = 30.0
 
     def check(self, workers: int) -> None:
@@ -63,16 +59,12 @@ class ServiceLimits:
             < 1
         ):
             raise ValueError("upload and evaluation slots (shared and per owner) must be at least 1")
-        if not 0 <= self.evaluation_waiting < self.evaluation_slots or self.evaluation_wait_seconds <= 0:
+        if self.evaluation_waiting < 0 or self.evaluation_wait_seconds <= 0:
+            raise ValueError("--evaluation-waiting must be at least 0 and --evaluation-wait-seconds positive")
+        if self.evaluation_slots > workers:
             raise ValueError(
-                "--evaluation-waiting must be at least 0 and fewer than --evaluation-slots, and "
-                "--evaluation-wait-seconds positive"
-            )
-        if self.upload_slots + self.evaluation_slots >= workers:
-            raise ValueError(
-                f"uploads ({self.upload_slots}) and evaluations ({self.evaluation_slots}) must leave "
-                f"some of the {workers} threads k-NN calls may use (--workers minus the threads kept "
-                "for the controller and health checks) for other calls; raise --workers"
+                f"--evaluation-slots ({self.evaluation_slots}) cannot exceed the {workers} worker "
+                "threads that run them (--workers)"
             )
         if self.first_chunk_seconds <= 0 or self.grace_seconds < 0 or self.min_bytes_per_second < 0:
             raise ValueError("upload time limits must be positive")
@@ -82,102 +74,82 @@ class Slots:
     """At most ``count`` holders at a time; nobody waits for a slot."""
 
     def __init__(self, count: int, what: str):
-        self._semaphore = threading.BoundedSemaphore(count)
-        self.what = what
+        self.count, self.what = count, what
+        self._held = 0
 
     @contextmanager
-    def held(self, context) -> Iterator[None]:
-        if not self._semaphore.acquire(blocking=False):
-            refuse_busy(
-                context, f"the server is busy with other {self.what}; retry in {RETRY_AFTER_SECONDS} seconds"
-            )
+    def held(self) -> Iterator[None]:
+        if self._held >= self.count:
+            refuse_busy(f"the server is busy with other {self.what}; retry in {RETRY_AFTER_SECONDS} seconds")
+        self._held += 1
         try:
             yield
         finally:
-            self._semaphore.release()
-
-
-def refuse_busy(context: grpc.ServicerContext, message: str) -> NoReturn:
-    """End the call RESOURCE_EXHAUSTED with a ``retry-after-s`` hint (every admission limit's
-    answer: nobody waits)."""
-    context.set_trailing_metadata((("retry-after-s", str(RETRY_AFTER_SECONDS)),))
-    abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+            self._held -= 1
 
 
 class OwnerSlots:
     """At most ``count`` holders per owner at a time; nobody waits. ``limited=False`` turns it
-    off (anonymous callers are one shared pool, bounded by :class:`Slots` only)."""
+    off (anonymous callers: the shared slots and fair shares apply)."""
 
     def __init__(self, count: int, what: str, limited: bool = True):
         self._count, self.what, self._limited = count, what, limited
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
 
     @contextmanager
-    def held(self, owner: str, context) -> Iterator[None]:
+    def held(self, owner: str) -> Iterator[None]:
         if not self._limited:
             yield
             return
-        with self._lock:
-            taken = self._held.get(owner, 0) < self._count
-            if taken:
-                self._held[owner] = self._held.get(owner, 0) + 1
-        if not taken:
+        if self._held[owner] >= self._count:
             refuse_busy(
-                context,
-                f"you already have {self._count} {self.what} running, your limit; retry when one ends",
+                f"you already have {self._count} {self.what} running, your limit; retry when one ends"
             )
+        self._held[owner] += 1
         try:
             yield
         finally:
-            with self._lock:
-                self._held[owner] -= 1
-                if not self._held[owner]:
-                    del self._held[owner]
+            self._held[owner] -= 1
+            if not self._held[owner]:
+                del self._held[owner]
 
 
-class UploadWatchdog:
-    """Cancels a streaming upload that is idle or too slow (see the module docstring)."""
+class UploadPace:
+    """Reads an upload's messages, each within the time its pace allows (module docstring)."""
 
-    def __init__(self, context, limits: ServiceLimits, clock: Callable[[], float] = time.monotonic):
-        self._context, self._limits, self._clock = context, limits, clock
+    def __init__(self, limits: ServiceLimits, clock: Callable[[], float] = time.monotonic):
+        self._limits, self._clock = limits, clock
         self._started = clock()
-        self._bytes, self._chunks = 0, 0
-        self._stop = threading.Event()
-        self.reason = ""
-        self._thread = threading.Thread(target=self._watch, name="petlab-upload-watchdog", daemon=True)
+        self.bytes = 0
+        self.chunks = 0
 
-    def __enter__(self) -> UploadWatchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def finish(self) -> None:
-        """The last chunk has arrived: stop watching (verification may take a while)."""
-        self._stop.set()
-
-    def received(self, size: int) -> None:
-        self._chunks += 1
-        self._bytes += size
-
-    def _verdict(self) -> str:
-        elapsed = self._clock() - self._started
+    def allowed_wait(self) -> float:
+        """How long the next message may take: until the first-chunk limit, or until the average
+        rate falls below the minimum (at least a moment, so a fast peer is never cut mid-read)."""
         limits = self._limits
-        if self._chunks == 0 and elapsed > limits.first_chunk_seconds:
-            return f"no key chunk arrived within {limits.first_chunk_seconds:g} s"
-        if elapsed > limits.grace_seconds and self._bytes < limits.min_bytes_per_second * (
-            elapsed - limits.grace_seconds
-        ):
-            return f"the upload is slower than {limits.min_bytes_per_second:g} bytes per second"
-        return ""
+        elapsed = self._clock() - self._started
+        if self.chunks == 0:
+            return max(limits.first_chunk_seconds - elapsed, 0.0)
+        if limits.min_bytes_per_second <= 0:
+            return limits.first_chunk_seconds
+        deadline = limits.grace_seconds + self.bytes / limits.min_bytes_per_second
+        return max(deadline - elapsed, 0.0)
 
-    def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            reason = self._verdict()
-            if reason:
-                self.reason = reason
-                self._context.cancel()
+    def reason(self) -> str:
+        if self.chunks == 0:
+            return f"no key chunk arrived within {self._limits.first_chunk_seconds:g} s"
+        return f"the upload is slower than {self._limits.min_bytes_per_second:g} bytes per second"
+
+    async def messages(self, requests: AsyncIterator[Any], size: Callable[[Any], int]) -> AsyncIterator[Any]:
+        """``requests``, each awaited within :meth:`allowed_wait`; DEADLINE_EXCEEDED otherwise."""
+        iterator = aiter(requests)
+        while True:
+            try:
+                message = await asyncio.wait_for(anext(iterator), self.allowed_wait())
+            except StopAsyncIteration:
                 return
+            except TimeoutError:
+                raise CallRefused(grpc.StatusCode.DEADLINE_EXCEEDED, self.reason()) from None
+            self.chunks += 1
+            self.bytes += size(message)
+            yield message

@@ -7,28 +7,38 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
+
+from petlab.server.common.rpc_errors import CallRefused
 
 log = logging.getLogger("petlab.calls")
 
 
-def _size(message) -> int:
+def _size(message: Any) -> int:
     return message.ByteSize() if hasattr(message, "ByteSize") else 0
 
 
+def _status(error: BaseException) -> str:
+    if isinstance(error, CallRefused):
+        return error.code.name
+    if isinstance(error, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED.name
+    return "CANCELLED" if error.__class__.__name__ == "CancelledError" else "INTERNAL"
+
+
 def logged_unary(method: Callable) -> Callable:
-    """Wrap a unary servicer method (self, request, context)."""
+    """Wrap an async unary servicer method ``(self, request, context)``."""
 
     @functools.wraps(method)
-    def wrapper(self, request, context):
+    async def wrapper(self, request, context):
         started, response, status = time.perf_counter(), None, "OK"
         try:
-            response = method(self, request, context)
+            response = await method(self, request, context)
             return response
-        except Exception:
-            code = context.code() if hasattr(context, "code") else None
-            status = code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
+        except BaseException as error:
+            status = _status(error)
             raise
         finally:
             _emit(
@@ -44,35 +54,30 @@ def logged_unary(method: Callable) -> Callable:
 
 
 def logged_stream_in(method: Callable) -> Callable:
-    """Wrap a client-streaming method (self, request_iterator, context); counts streamed bytes."""
+    """Wrap an async client-streaming method ``(self, request_iterator, context)``; counts the
+    streamed bytes."""
 
     @functools.wraps(method)
-    def wrapper(self, request_iterator, context):
+    async def wrapper(self, request_iterator, context):
         started, response, status = time.perf_counter(), None, "OK"
         counter = {"bytes": 0, "model": ""}
 
-        def counted():
-            for message in request_iterator:
+        async def counted():
+            async for message in request_iterator:
                 counter["bytes"] += _size(message)
                 counter["model"] = counter["model"] or getattr(message, "model", "")
                 yield message
 
         try:
-            response = method(self, counted(), context)
+            response = await method(self, counted(), context)
             return response
-        except Exception:
-            status = _failure_status(context)
+        except BaseException as error:
+            status = _status(error)
             raise
         finally:
             _emit(method.__name__, counter["model"], counter["bytes"], _size(response), started, status)
 
     return wrapper
-
-
-def _failure_status(context) -> str:
-    """The status a failed call ends with: the one set by ``context.abort``, else INTERNAL."""
-    code = context.code() if hasattr(context, "code") else None
-    return code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
 
 
 def _emit(method: str, model: str, bytes_in: int, bytes_out: int, started: float, status: str) -> None:

@@ -1,8 +1,7 @@
-"""Fair shares of a few slots between callers (issue 29, item 3).
+"""Fair shares of a few slots between callers, on the event loop.
 
-Measured before this module: one anonymous caller sending ``Classify`` from 6 threads, with its own
-valid keys, held every evaluation slot, and a legitimate device beside it was answered
-RESOURCE_EXHAUSTED for 57 s: fail-fast slots go to whoever asks most often.
+Fail-fast slots go to whoever asks most often: one anonymous caller sending ``Classify`` from six
+threads would hold every evaluation slot while a device beside it is refused.
 
 **Who is a caller** (:func:`caller_key`): the owner where callers are identified (bearer token,
 client certificate); otherwise what a caller cannot multiply cheaply: a remote peer's IP address
@@ -25,33 +24,35 @@ documented limit of anonymous fairness; tokens or client certificates lift it.
 * a full room takes a newcomer only in place of a waiter that ranks after it (that waiter is
   refused); otherwise the newcomer is refused and keeps its turn for its retry. So a newcomer is
   admitted within one round: after at most one slot for each caller that asked before it;
-* a wait lasts at most ``wait_seconds`` (and ends with the caller's call); every refusal is
-  RESOURCE_EXHAUSTED with the ``retry-after-s`` hint.
+* a wait lasts at most ``wait_seconds`` (and ends with the caller's call, which cancels it);
+  every refusal is RESOURCE_EXHAUSTED with the ``retry-after-s`` hint.
 
-Waiting calls hold a thread: the k-NN service takes its room from ``--evaluation-slots``.
+A waiting call is a suspended coroutine holding its request (bounded by the room's size and the
+message size limit), never a thread. The k-NN service admits each query of a batch on its own, so a
+batch of 64 queries takes 64 turns and callers with single queries are served between them. Every
+method runs on the event loop's thread: no lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import itertools
 import math
-import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-import grpc
-
-from petlab.server.common.admission import RETRY_AFTER_SECONDS, refuse_busy
+from petlab.server.common.rpc_errors import RETRY_AFTER_SECONDS, refuse_busy
 
 IPV6_NETWORK_BITS = 64
 REMEMBERED_CALLERS = 65536  # callers whose turn is remembered (about 100 bytes each)
 
 
-def caller_key(context: grpc.ServicerContext, owner: str | None = None) -> str:
+def caller_key(context: Any, owner: str | None = None) -> str:
     """The unit fair shares count (module docstring): ``owner`` when callers are identified, else
     the verified client certificate, else the peer's address or, on loopback, its connection."""
     if owner:
@@ -88,9 +89,7 @@ def peer_key(peer: str) -> str:
 class _Waiter:
     caller: str
     order: int
-    wake: threading.Event = field(default_factory=threading.Event)
-    granted: bool = False
-    displaced: bool = False
+    wake: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class FairSlots:
@@ -100,7 +99,7 @@ class FairSlots:
         self,
         count: int,
         what: str,
-        waiting: int = 1,
+        waiting: int = 32,
         wait_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -113,16 +112,14 @@ class FairSlots:
         self._waiters: list[_Waiter] = []
         self._turns: OrderedDict[str, float] = OrderedDict()  # caller -> its turn (see _turn)
         self._order = itertools.count()
-        self._lock = threading.Lock()
 
     def holders(self) -> dict[str, int]:
         """Slots held per caller now (for tests and logs)."""
-        with self._lock:
-            return dict(self._held)
+        return dict(self._held)
 
-    @contextmanager
-    def held(self, caller: str, context: grpc.ServicerContext) -> Iterator[None]:
-        self._admit(caller, context)
+    @asynccontextmanager
+    async def held(self, caller: str) -> AsyncIterator[None]:
+        await self._admit(caller)
         try:
             yield
         finally:
@@ -130,21 +127,20 @@ class FairSlots:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, caller: str, context: grpc.ServicerContext) -> None:
-        with self._lock:
-            if self._free:
-                self._free -= 1
-                self._served(caller)
-                return
-            waiter, refusal, displaced = self._enter_room(caller)
-        if displaced is not None:
-            displaced.wake.set()
+    async def _admit(self, caller: str) -> None:
+        if self._free:
+            self._free -= 1
+            self._served(caller)
+            return
+        waiter, refusal, displaced = self._enter_room(caller)
+        if displaced is not None and not displaced.wake.done():
+            displaced.wake.set_result(False)
         if waiter is None:
-            refuse_busy(context, refusal)
-        self._wait(waiter, context)
+            refuse_busy(refusal)
+        await self._wait(waiter)
 
     def _enter_room(self, caller: str) -> tuple[_Waiter | None, str, _Waiter | None]:
-        """Under the lock, no slot free: (the caller's place, or None and why not; a displaced waiter)."""
+        """No slot free: (the caller's place, or None and why not; a displaced waiter)."""
         self._turn(caller)  # a refused caller keeps its turn for its retry
         present = {c for c, n in self._held.items() if n} | {w.caller for w in self._waiters} | {caller}
         share = math.ceil(self.count / len(present))
@@ -161,16 +157,15 @@ class FairSlots:
             if self._rank(worst) <= (self._held[caller], self._turn(caller), math.inf):
                 return None, f"the server is busy with other {self.what}; {retry}", None
             self._waiters.remove(worst)
-            worst.displaced, displaced = True, worst
-        self._turn(caller)
+            displaced = worst
         waiter = _Waiter(caller, next(self._order))
         self._waiters.append(waiter)
         return waiter, "", displaced
 
     def _turn(self, caller: str) -> float:
-        """Under the lock: when ``caller`` was last admitted, or first asked since (remembered
-        for the last :data:`REMEMBERED_CALLERS` callers). Among waiters holding as many slots,
-        the earliest turn goes first: a round over every caller that asked before this one."""
+        """When ``caller`` was last admitted, or first asked since (remembered for the last
+        :data:`REMEMBERED_CALLERS` callers). Among waiters holding as many slots, the earliest
+        turn goes first: a round over every caller that asked before this one."""
         turn = self._turns.get(caller)
         if turn is None:
             turn = self._turns[caller] = self._clock()
@@ -179,7 +174,7 @@ class FairSlots:
         return turn
 
     def _served(self, caller: str) -> None:
-        """Under the lock: ``caller`` takes a slot; its turn moves to now."""
+        """``caller`` takes a slot; its turn moves to now."""
         self._held[caller] += 1
         self._turns[caller] = self._clock()
         self._turns.move_to_end(caller)
@@ -190,36 +185,32 @@ class FairSlots:
         """Who goes first (smallest): fewest slots held, then the earliest turn, then arrival."""
         return self._held[waiter.caller], self._turn(waiter.caller), waiter.order
 
-    def _wait(self, waiter: _Waiter, context: grpc.ServicerContext) -> None:
-        ends = self._clock() + self.wait_seconds
-        while True:
-            remaining = ends - self._clock()
-            waiter.wake.wait(timeout=max(0.0, min(0.25, remaining)))
-            with self._lock:
-                if waiter.granted:
-                    return
-                active = context.is_active()
-                if waiter.displaced or remaining <= 0 or not active:
-                    if not waiter.displaced:
-                        self._waiters.remove(waiter)
-                    break
-        if not active:
-            context.abort(grpc.StatusCode.CANCELLED, "the call ended while waiting")
-        refuse_busy(
-            context,
-            f"the server is busy with other callers' {self.what}; retry in {RETRY_AFTER_SECONDS} seconds",
-        )
+    async def _wait(self, waiter: _Waiter) -> None:
+        try:
+            granted = await asyncio.wait_for(asyncio.shield(waiter.wake), self.wait_seconds)
+        except (TimeoutError, asyncio.CancelledError):
+            if waiter.wake.done() and waiter.wake.result():  # granted as the wait ended: give it back
+                self._release(waiter.caller)
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            if not waiter.wake.done():
+                waiter.wake.set_result(False)
+            if isinstance(asyncio.current_task(), asyncio.Task) and asyncio.current_task().cancelling():
+                raise
+            granted = False
+        if not granted:
+            refuse_busy(
+                f"the server is busy with other callers' {self.what}; retry in {RETRY_AFTER_SECONDS} seconds"
+            )
 
     def _release(self, caller: str) -> None:
-        with self._lock:
-            self._held[caller] -= 1
-            if not self._held[caller]:
-                del self._held[caller]
-            if not self._waiters:
-                self._free += 1
-                return
-            chosen = min(self._waiters, key=self._rank)
-            self._waiters.remove(chosen)
-            self._served(chosen.caller)
-            chosen.granted = True
-        chosen.wake.set()
+        self._held[caller] -= 1
+        if not self._held[caller]:
+            del self._held[caller]
+        if not self._waiters:
+            self._free += 1
+            return
+        chosen = min(self._waiters, key=self._rank)
+        self._waiters.remove(chosen)
+        self._served(chosen.caller)
+        chosen.wake.set_result(True)

@@ -1,113 +1,115 @@
-"""petlab's own ``grpc.health.v1.Health`` servicer: no lock is ever held across a send (issue 29).
+"""petlab's ``grpc.health.v1.Health`` servicer, on the event loop: no lock, no thread per watcher.
 
-grpc's ``HealthServicer`` sends each new status to every ``Watch`` stream from the thread that
-calls ``set``, holding its lock, and a send waits for the stream's previous one. Measured through a
-real ``petlab-server``: one Watch on an HTTP/2 connection that announces a zero window froze every
-health ``Check`` (the lock was never released); a second watcher that left at that moment blocked
-grpc's own event loop in the servicer's close callback (the whole server froze, and SIGTERM no
-longer stopped it).
-
-Here a status change only records the status and wakes the watchers (:meth:`HealthStatuses.set`
-holds a condition for a dict update and a notify); each ``Watch`` stream is a generator that sends
-from its own call, on the stream guard's threads (``server.common.streams``), the newest status
-only (statuses that changed while a send was in progress are coalesced); ``Check`` reads the dict.
-One send is bounded by ``server.common.send_deadline``: a watcher that does not take its message
-within the deadline is cancelled, never waited for. The messages and the registration helper are
-grpc_health's generated ``health_pb2`` / ``health_pb2_grpc``, so clients see the standard protocol.
+:meth:`HealthStatuses.set` may be called from any thread (the owner's SIGUSR1, the cluster's
+watcher): it records the status and wakes the watchers on the loop, and returns at once. ``Check``
+reads the dict. Each ``Watch`` sends the current status, then the newest one after every change
+(statuses that changed during a send are coalesced); each send must be taken by the peer within
+``send_seconds``, or the call ends: a watcher that stops reading is dropped, never waited for, and
+holds at most a suspended coroutine and its HTTP/2 stream meanwhile. The messages and the
+registration helper are grpc_health's generated ``health_pb2`` / ``health_pb2_grpc``, so clients
+see the standard protocol.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-from collections.abc import Iterator
-from functools import partial
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from petlab.server.common.rpc_errors import CallRefused
 
 SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
-POLL_SECONDS = 1.0  # a watcher whose call ended without its callback notices within this
 MAX_SERVICE_NAME = 200  # longer names are answered NOT_FOUND / SERVICE_UNKNOWN without a lookup
+SEND_SECONDS = 5.0  # a watcher must take each status within this
 
 
 class HealthStatuses(health_pb2_grpc.HealthServicer):
-    """The statuses of the served services and the ``Check`` / ``Watch`` calls (module docstring)."""
+    """The statuses of the served services and the ``Check`` / ``Watch`` calls (module docstring).
+    Bound to the event loop that serves it (:meth:`bind`)."""
 
-    def __init__(self, poll_seconds: float = POLL_SECONDS):
+    def __init__(self, send_seconds: float = SEND_SECONDS):
         self._statuses: dict[str, int] = {}
-        self._changed = threading.Condition()
+        self._guard = threading.Lock()  # the dict, between the loop and threads calling set()
         self._shutting_down = False
-        self._poll_seconds = poll_seconds
+        self._send_seconds = send_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve from ``loop`` (called on it, before the server starts)."""
+        self._loop, self._changed = loop, asyncio.Event()
 
     def set(self, service: str, status: int) -> None:
-        """Record ``service``'s status and wake its watchers; returns at once (nothing is sent here).
+        """Record ``service``'s status and wake its watchers; returns at once, from any thread.
         Ignored after :meth:`enter_graceful_shutdown`."""
-        with self._changed:
+        with self._guard:
             if self._shutting_down:
                 return
             self._statuses[service] = status
-            self._changed.notify_all()
+        self._wake()
 
     def enter_graceful_shutdown(self) -> None:
         """Every service NOT_SERVING for good (later :meth:`set` calls are ignored); returns at once."""
-        with self._changed:
+        with self._guard:
             self._shutting_down = True
             for service in self._statuses:
                 self._statuses[service] = NOT_SERVING
-            self._changed.notify_all()
+        self._wake()
 
     def status(self, service: str) -> int | None:
         """``service``'s status, None for a service this server does not know."""
-        with self._changed:
+        with self._guard:
             return self._statuses.get(service)
 
-    def Check(self, request, context):
+    async def Check(self, request, context):
         status = self.status(request.service) if len(request.service) <= MAX_SERVICE_NAME else None
         if status is None:
-            context.set_code(grpc.StatusCode.NOT_FOUND)
-            context.set_details("unknown service")
-            return health_pb2.HealthCheckResponse()
+            raise CallRefused(grpc.StatusCode.NOT_FOUND, "unknown service")
         return health_pb2.HealthCheckResponse(status=status)
 
-    def Watch(self, request, context) -> Iterator[health_pb2.HealthCheckResponse]:
-        """The current status at once, then each change (the newest one when several came during a
-        send) until the call ends. Runs in its own thread; waits only on this servicer's condition,
-        never while a send is in progress, and never holds it across a ``yield`` (a send)."""
+    async def Watch(self, request, context) -> None:
+        """The current status at once, then each change (the newest when several came during a
+        send) until the call ends; a send not taken within ``send_seconds`` ends the call."""
         service = request.service if len(request.service) <= MAX_SERVICE_NAME else None
-        ended = threading.Event()
-
-        def end() -> None:
-            ended.set()
-            with self._changed:
-                self._changed.notify_all()
-
-        if not context.add_callback(end):
-            return
+        assert self._changed is not None, "HealthStatuses.bind was not called"
         sent: int | None = None
         while True:
-            with self._changed:
-                self._changed.wait_for(partial(self._news, ended, service, sent), timeout=self._poll_seconds)
-                current = self._current(service)
-            if ended.is_set() or not context.is_active():
-                return
+            changed = self._changed
+            current = SERVICE_UNKNOWN if service is None else (self.status(service) or SERVICE_UNKNOWN)
             if current != sent:
                 sent = current
-                yield health_pb2.HealthCheckResponse(status=current)
+                try:
+                    await asyncio.wait_for(
+                        context.write(health_pb2.HealthCheckResponse(status=current)), self._send_seconds
+                    )
+                except TimeoutError:
+                    raise CallRefused(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"the watcher did not take a status within {self._send_seconds:g} s",
+                    ) from None
+                continue
+            await changed.wait()
 
-    def _news(self, ended: threading.Event, service: str | None, sent: int | None) -> bool:
-        """Called with the condition held: the call ended or the status is not the one sent."""
-        return ended.is_set() or self._current(service) != sent
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._renew)
 
-    def _current(self, service: str | None) -> int:
-        """Called with the condition held."""
-        if service is None:
-            return SERVICE_UNKNOWN
-        return self._statuses.get(service, SERVICE_UNKNOWN)
+    def _renew(self) -> None:
+        """On the loop: wake every watcher waiting on the current event, and start a new one."""
+        changed, self._changed = self._changed, asyncio.Event()
+        if changed is not None:
+            changed.set()
 
 
-def add_health_servicer(servicer: HealthStatuses, server: grpc.Server) -> None:
+def add_health_servicer(servicer: HealthStatuses, server: grpc.aio.Server) -> None:
     """Register ``servicer`` under ``grpc.health.v1.Health`` (grpc_health's generated helper)."""
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

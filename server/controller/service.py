@@ -65,7 +65,6 @@ from petlab.crypto.chain.traces import (
     verify_seal,
 )
 from petlab.protos import controller_pb2, controller_pb2_grpc
-from petlab.server.common.call_log import logged_unary
 from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
 from petlab.server.controller.audit_clock import AuditOverrun, audit_budget
 from petlab.server.controller.configuration import ControllerIdentity
@@ -217,7 +216,6 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         with self._locks_guard:
             return self._person_locks.setdefault(person, threading.Lock())
 
-    @logged_unary
     def Describe(self, request, context):
         if self._identity is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this controller has no published identity")
@@ -228,7 +226,6 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             instruction_format=FORMAT_VERSION,
         )
 
-    @logged_unary
     def OpenSession(self, request, context):
         if len(request.first_trace) != SIZE:
             context.abort(
@@ -300,7 +297,6 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             self._sessions.close_session(session, f"closed: {stop.message}")
         context.abort(_BARRIER_STATUS[stop.kind], stop.message)
 
-    @logged_unary
     def Next(self, request, context):
         found = self._sessions.get(request.session_id)
         if found is None:

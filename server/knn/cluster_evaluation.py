@@ -203,6 +203,8 @@ def home_worker(key_digest: str, workers: list[str]) -> str:
 class ClusterEvaluator:
     """Sends evaluations of the hosted models to a Dask cluster (module docstring)."""
 
+    prepared_capacity = WORKER_KEY_CACHE  # what each worker keeps in memory
+
     def __init__(
         self,
         cluster: DaskCluster,

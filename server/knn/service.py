@@ -30,8 +30,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 from concrete import fhe
@@ -45,13 +48,13 @@ from petlab.crypto.knn.model import KnnModel
 from petlab.crypto.knn.split.program import StageGraph
 from petlab.crypto.knn.wire_format import ForeignBytes, WireFormat
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadWatchdog
+from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadPace
 from petlab.server.common.call_log import logged_stream_in, logged_unary
 from petlab.server.common.callers import CallerIdentities
 from petlab.server.common.fair_share import FairSlots, caller_key
 from petlab.server.common.rpc_errors import abort, model_named
+from petlab.server.common.worker_threads import run_in
 from petlab.server.knn.evaluators import (
-    KEY_CACHE_ENTRIES,
     ClusterUnavailable,
     Evaluation,
     EvaluationRejected,
@@ -120,6 +123,8 @@ class HostedModel:
 
 
 class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
+    """The k-NN service on the event loop; key checks, storage and evaluations run on ``pool``."""
+
     def __init__(
         self,
         models: dict[str, HostedModel],
@@ -128,26 +133,40 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         warmups: WarmupStore | None = None,
         limits: ServiceLimits | None = None,
         identities: CallerIdentities | None = None,
+        pool: Executor | None = None,
     ):
         self._models, self._keys, self._evaluator, self._warmups = models, keys, evaluator, warmups
         self._limits = limits or ServiceLimits()
         self._identities = identities or CallerIdentities()
+        self._pool = pool or ThreadPoolExecutor(
+            self._limits.evaluation_slots, thread_name_prefix="petlab-knn"
+        )
         enforced = self._identities.enforced
         self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
-        self._evaluation_slots = FairSlots(  # the room's threads are evaluation slots too
-            self._limits.evaluation_slots - self._limits.evaluation_waiting,
-            "evaluations",
-            self._limits.evaluation_waiting,
-            self._limits.evaluation_wait_seconds,
-        )
+        self._evaluation_slots: FairSlots | None = None  # made on the loop (asyncio futures)
         self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
         self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
         self._checked_keys: set[str] = set()  # stored key ids whose file this process has checked
         self._checked_lock = threading.Lock()
 
+    def use_pool(self, pool: Executor) -> None:
+        """Run key checks, storage and evaluations on ``pool`` (the server's k-NN threads)."""
+        self._pool = pool
+
+    @property
+    def evaluation_slots(self) -> FairSlots:
+        if self._evaluation_slots is None:
+            self._evaluation_slots = FairSlots(
+                self._limits.evaluation_slots,
+                "evaluations",
+                self._limits.evaluation_waiting,
+                self._limits.evaluation_wait_seconds,
+            )
+        return self._evaluation_slots
+
     def prepare_stored_keys(self) -> int:
         """At server start: prepare the most recently used stored keys that have a warm-up query
-        (at most what an evaluator keeps in memory). Returns how many."""
+        (as many as the evaluator keeps in memory). Returns how many."""
         if self._warmups is None:
             return 0
         prepared = 0
@@ -156,7 +175,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         self._warmups.keep_only({key.key_id for key in stored})
         for key in stored:
             hosted, ciphertext = by_tag.get(key.model), self._warmups.get(key.key_id)
-            if prepared >= KEY_CACHE_ENTRIES or hosted is None or ciphertext is None:
+            if prepared >= self._evaluator.prepared_capacity or hosted is None or ciphertext is None:
                 continue
             path = self._keys.locate(key.key_id, key.model)
             try:
@@ -177,109 +196,124 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     # ------------------------------------------------------------------ RPCs
 
     @logged_unary
-    def ListModels(self, request, context):
+    async def ListModels(self, request, context):
         self._identities.owner(context)
         return knn_pb2.ListModelsResponse(models=[m.info() for m in self._models.values()])
 
     @logged_unary
-    def GetClientSpecs(self, request, context):
+    async def GetClientSpecs(self, request, context):
         self._identities.owner(context)
-        hosted = self._model(request.model, context)
+        hosted = model_named(self._models, request.model)
         return knn_pb2.GetClientSpecsResponse(
             model=hosted.info(), client_specs=hosted.specs, specs_sha256=hosted.specs_sha256
         )
 
     @logged_stream_in
-    def RegisterKeys(self, request_iterator, context):
+    async def RegisterKeys(self, request_iterator, context):
         owner = self._identities.owner(context)
-        with (
-            self._owner_uploads.held(owner, context),
-            self._upload_slots.held(context),
-            UploadWatchdog(context, self._limits) as watchdog,
-        ):
-            try:
-                return self._register(request_iterator, context, watchdog, owner)
-            except grpc.RpcError:  # the watchdog cancelled the call: nothing was stored
-                reason = watchdog.reason or "the upload was cancelled"
-                log.info("key upload from %s cancelled: %s", context.peer(), reason)
-                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, reason)
+        with self._owner_uploads.held(owner), self._upload_slots.held():
+            pace = UploadPace(self._limits)
+            messages = pace.messages(request_iterator, lambda message: len(message.data))
+            first = await anext(messages, None)
+            if first is None:
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
+            hosted = model_named(self._models, first.model)
+            if len(first.warmup_query) > MAX_QUERY_BYTES:
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
+            low, high = hosted.key_size_window
+            if not low <= first.total_size <= high:  # before any byte is buffered
+                self._refuse_upload(hosted, first.total_size)
+            chunks = [first.data]
+            received = len(first.data)
+            async for chunk in messages:
+                if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
+                    abort(
+                        context,
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "only the first chunk may carry model, total_size, sha256 and warmup_query",
+                    )
+                received += len(chunk.data)
+                if received > first.total_size:
+                    abort(
+                        context,
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the upload sent more than the announced {first.total_size} bytes",
+                    )
+                chunks.append(chunk.data)
+            # every byte is in: the checks and the disk are the server's work, on the pool
+            return await run_in(
+                self._pool, self._register, hosted, owner, first, chunks, self._deadline(context)
+            )
+
+    def _refuse_upload(self, hosted: HostedModel, total_size: int) -> NoReturn:
+        """The announced size is not this model's key set: the store's own answer (its caps and
+        the owner's quota come first, as when it stores)."""
+        try:
+            self._keys.put(key_tag(hosted), "", total_size, "", iter(()), size_window=hosted.key_size_window)
+        except KeyTooLarge as exc:
+            abort(None, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except UploadMismatch as exc:
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        abort(None, grpc.StatusCode.INVALID_ARGUMENT, "the upload's announced size does not fit the model")
 
     def _register(
-        self, request_iterator, context, watchdog: UploadWatchdog, owner: str
+        self, hosted: HostedModel, owner: str, first, chunks: list[bytes], deadline: Deadline
     ) -> knn_pb2.RegisterKeysResponse:
-        first = next(request_iterator, None)
-        watchdog.received(len(first.data) if first is not None else 0)
-        if first is None:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
-        hosted = self._model(first.model, context)
-        if len(first.warmup_query) > MAX_QUERY_BYTES:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
+        """In a worker thread: check the warm-up query, store and verify the keys, warm them up."""
         warmup = b""
         if first.warmup_query:  # checked before any byte is stored
             try:
                 warmup = hosted.wire.check_input(first.warmup_query)
             except ForeignBytes as exc:
-                abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
-
-        def chunks():
-            yield first.data
-            for chunk in request_iterator:
-                if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
-                    raise UploadMismatch(
-                        "only the first chunk may carry model, total_size, sha256 and warmup_query"
-                    )
-                watchdog.received(len(chunk.data))
-                yield chunk.data
-            watchdog.finish()  # every byte is in; verification is not the client's delay
-
+                abort(None, grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
         try:
             stored = self._keys.put(
                 key_tag(hosted),
                 owner,
                 first.total_size,
                 first.sha256,
-                chunks(),
+                iter(chunks),
                 verify=lambda path: _check_key_file(hosted, path),
                 size_window=hosted.key_size_window,
             )
         except KeyTooLarge as exc:  # the store's cap or the owner's quota
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            abort(None, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except UploadMismatch as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        chunks.clear()
         with self._checked_lock:
             self._checked_keys.add(stored.key_id)
         if warmup:
-            self._warm_up(stored.key_id, hosted, warmup, context, owner)
+            self._warm_up(stored.key_id, hosted, warmup, owner, deadline)
         return knn_pb2.RegisterKeysResponse(key_id=stored.key_id, size=stored.size)
 
     @logged_unary
-    def Classify(self, request, context):
+    async def Classify(self, request, context):
         owner = self._identities.owner(context)
-        with (
-            self._owner_evaluations.held(owner, context),
-            self._evaluation_slots.held(self._fair_caller(owner, context), context),
-        ):
-            hosted = self._model(request.model, context)
-            (answer,) = self._evaluate(hosted, request.key_id, [request.encrypted_query], context, owner)
-            return knn_pb2.ClassifyResponse(encrypted_class=answer)
+        hosted = model_named(self._models, request.model)
+        with self._owner_evaluations.held(owner):
+            (answer,) = await self._evaluate(
+                hosted, request.key_id, [request.encrypted_query], context, owner
+            )
+        return knn_pb2.ClassifyResponse(encrypted_class=answer)
 
     @logged_unary
-    def ClassifyBatch(self, request, context):
+    async def ClassifyBatch(self, request, context):
         owner = self._identities.owner(context)
-        with (
-            self._owner_evaluations.held(owner, context),
-            self._evaluation_slots.held(self._fair_caller(owner, context), context),
-        ):
-            hosted = self._model(request.model, context)
-            if not request.encrypted_queries:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
-            if len(request.encrypted_queries) > MAX_BATCH:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
-                )
-            answers = self._evaluate(hosted, request.key_id, list(request.encrypted_queries), context, owner)
-            return knn_pb2.ClassifyBatchResponse(encrypted_classes=answers)
+        hosted = model_named(self._models, request.model)
+        if not request.encrypted_queries:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
+        if len(request.encrypted_queries) > MAX_BATCH:
+            abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
+            )
+        with self._owner_evaluations.held(owner):
+            answers = await self._evaluate(
+                hosted, request.key_id, list(request.encrypted_queries), context, owner
+            )
+        return knn_pb2.ClassifyBatchResponse(encrypted_classes=answers)
 
     # ------------------------------------------------------------------ helpers
 
@@ -288,42 +322,65 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         callers are identified, else the anonymous caller's address or connection."""
         return caller_key(context, owner if self._identities.enforced else None)
 
-    def _evaluate(
+    @staticmethod
+    def _deadline(context) -> Deadline:
+        remaining = context.time_remaining()
+        return Deadline(None if remaining is None else time.monotonic() + remaining)
+
+    async def _evaluate(
         self, hosted: HostedModel, key_id: str, ciphertexts: list[bytes], context, owner: str
     ) -> list[bytes]:
-        """Validate here, evaluate wherever the evaluator runs, within the call's deadline."""
-        path = self._key_path(key_id, hosted, context, owner)
-        ciphertexts = [self._check_ciphertext(hosted, ciphertext, context) for ciphertext in ciphertexts]
-        try:
-            answers = self._evaluator.classify(
-                Evaluation(
-                    hosted.model.name, key_id, path, ciphertexts, context.time_remaining(), context.is_active
+        """Each query in its own turn of the fair shares (a batch of m queries takes m turns): its
+        checks and its evaluation on the pool while the turn is held, so the pool only ever has
+        admitted work; within the call's deadline."""
+        deadline = self._deadline(context)
+        caller = self._fair_caller(owner, context)
+        answers = []
+        for ciphertext in ciphertexts:
+            async with self.evaluation_slots.held(caller):
+                answers.append(
+                    await run_in(self._pool, self._check_and_run, hosted, key_id, ciphertext, owner, deadline)
                 )
-            )
-            self._keys.mark_used(key_id)  # only a successful evaluation keeps a key alive
-            return answers
+        self._keys.mark_used(key_id)  # only a successful evaluation keeps a key alive
+        return answers
+
+    def _check_and_run(
+        self, hosted: HostedModel, key_id: str, ciphertext: bytes, owner: str, deadline: Deadline
+    ) -> bytes:
+        """In a worker thread: the key and the query checked, then one evaluation."""
+        path = self._key_path(key_id, hosted, owner)
+        checked = self._check_ciphertext(hosted, ciphertext)
+        evaluation = Evaluation(hosted.model.name, key_id, path, [checked], deadline.remaining())
+        (answer,) = self._run(evaluation, key_id)
+        return answer
+
+    def _run(self, evaluation: Evaluation, key_id: str) -> list[bytes]:
+        """In a worker thread: one evaluation, its failures as statuses."""
+        try:
+            return self._evaluator.classify(evaluation)
         except KeysUnusable as exc:
             self._forget(key_id)
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except EvaluationRejected as exc:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except EvaluationTimedOut as exc:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+            abort(None, grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
         except ClusterUnavailable as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        raise AssertionError("context.abort returned")  # pragma: no cover
+            abort(None, grpc.StatusCode.UNAVAILABLE, str(exc))
 
-    def _warm_up(self, key_id: str, hosted: HostedModel, ciphertext: bytes, context, owner: str) -> None:
+    def _warm_up(
+        self, key_id: str, hosted: HostedModel, ciphertext: bytes, owner: str, deadline: Deadline
+    ) -> None:
         """Prepare freshly registered keys now (``server.knn.key_warmup``); a warm-up query that does
         not fit rejects the registration, since it was made with the same keys."""
-        path = self._key_path(key_id, hosted, context, owner)
+        path = self._key_path(key_id, hosted, owner)
         _, problem = warm_up(
             self._evaluator,
-            Evaluation(hosted.model.name, key_id, path, [ciphertext], context.time_remaining()),
+            Evaluation(hosted.model.name, key_id, path, [ciphertext], deadline.remaining()),
         )
         if problem:
             self._forget(key_id)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, problem)
         if self._warmups is not None:
             self._warmups.put(key_id, ciphertext)
 
@@ -346,14 +403,12 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         with self._checked_lock:
             self._checked_keys.add(key_id)
 
-    def _model(self, name: str, context) -> HostedModel:
-        return model_named(self._models, name, context)
-
-    def _check_ciphertext(self, hosted: HostedModel, data: bytes, context) -> bytes:
+    def _check_ciphertext(self, hosted: HostedModel, data: bytes) -> bytes:
         """The query re-encoded from what was checked (the only bytes concrete sees), or the call
         ends with INVALID_ARGUMENT."""
         if len(data) > MAX_QUERY_BYTES:
-            context.abort(
+            abort(
+                None,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}",
             )
@@ -361,10 +416,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             checked = hosted.wire.check_input(data)  # before concrete: a foreign layout kills it
             parse_ciphertext(checked)
         except ValueError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
         return checked
 
-    def _key_path(self, key_id: str, hosted: HostedModel, context, owner: str) -> Path:
+    def _key_path(self, key_id: str, hosted: HostedModel, owner: str) -> Path:
         """The registered key set's file, checked against the model (the call ends otherwise)."""
         try:
             path = self._keys.locate(key_id, key_tag(hosted), owner if self._identities.enforced else None)
@@ -373,24 +428,34 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         except (ForeignBytes, OSError) as exc:
             self._forget(key_id)
             abort(
-                context,
+                None,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"the registered evaluation keys are unusable: {exc}",
             )
         except MalformedKeyId as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except KeyNotFound as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            abort(None, grpc.StatusCode.NOT_FOUND, str(exc))
         except KeyForAnotherModel as exc:
             if exc.registered.split("@")[0] == hosted.model.name:  # keys for an earlier circuit
                 self._forget(key_id)
-                context.abort(
+                abort(
+                    None,
                     grpc.StatusCode.NOT_FOUND,
                     f"unknown or expired key id {key_id}: model {hosted.model.name!r} has changed since "
                     "it was registered; upload your evaluation keys again",
                 )
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        raise AssertionError("context.abort returned")  # pragma: no cover
+            abort(None, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a call must be over (monotonic seconds; None: the caller set no deadline)."""
+
+    at: float | None
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(self.at - time.monotonic(), 0.0)
 
 
 def key_tag(hosted: HostedModel) -> str:

@@ -12,7 +12,6 @@ import grpc
 from petlab.crypto.knn.model import KnnModel
 from petlab.crypto.paillier_knn import encrypted_distances, from_bytes, labels_for, to_bytes
 from petlab.protos import paillier_pb2, paillier_pb2_grpc
-from petlab.server.common.call_log import logged_unary
 from petlab.server.common.callers import CallerIdentities
 from petlab.server.common.rpc_errors import model_named
 
@@ -29,7 +28,6 @@ class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
     def _model(self, name: str, context) -> KnnModel:
         return model_named(self._models, name, context)
 
-    @logged_unary
     def Distances(self, request, context):
         self._identities.owner(context)
         model = self._model(request.model, context)
@@ -53,7 +51,6 @@ class PaillierServicer(paillier_pb2_grpc.PaillierKnnServiceServicer):
             encrypted_distances=[to_bytes(d) for d in distances], k=model.plan.k
         )
 
-    @logged_unary
     def Labels(self, request, context):
         self._identities.owner(context)
         model = self._model(request.model, context)

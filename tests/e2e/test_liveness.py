@@ -1,8 +1,8 @@
-"""The server never freezes and always stops, whatever its health watchers do (issue 29).
+"""The server never freezes and always stops, whatever its health watchers do.
 
-grpc's own health servicer sent each status change to every ``Watch`` stream holding its lock: one
-watcher with a zero HTTP/2 window froze health ``Check``, a watcher leaving at that moment froze
-grpc's event loop, and SIGTERM no longer stopped the process. The hostile peers are real HTTP/2
+A health servicer that sends each status change to every ``Watch`` stream holding its lock (grpc's
+own did) lets one watcher with a zero HTTP/2 window freeze health ``Check``, and a watcher leaving
+at that moment freeze the server. The hostile peers are real HTTP/2
 connections (``petlab.experiments.liveness_peers``) against a real ``petlab-server`` process and
 against in-process servers; every wait here is bounded, so a regression fails, never hangs.
 """
@@ -66,10 +66,10 @@ def test_hostile_watchers_while_health_flips_then_sigterm_stops_the_process(tmp_
 
 
 def test_a_watcher_that_takes_nothing_is_dropped_within_the_send_deadline(serve, tmp_path):
-    """A zero-window health watcher, and a reflection stream whose reply cannot be delivered, are
-    cancelled about ``send_seconds`` after their send began: neither holds a thread or a stream
-    slot for the stream's lifetime (600 s)."""
-    with controller_only(serve, tmp_path) as running:
+    """A zero-window health watcher is dropped about ``send_seconds`` after its send began, and a
+    reflection stream whose reply cannot be delivered at the call time limit: neither is held for
+    the stream's lifetime."""
+    with controller_only(serve, tmp_path, call_seconds=4.0) as running:
         host, port = "127.0.0.1", running.port
         request = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
         peers = [
@@ -79,7 +79,6 @@ def test_a_watcher_that_takes_nothing_is_dropped_within_the_send_deadline(serve,
         try:
             for peer in peers:
                 assert peer.ended_by_server.wait(SEND_SECONDS + 10), "a stuck stream was never dropped"
-            assert running.send_deadline is not None and running.send_deadline.cancelled >= 2
         finally:
             for peer in peers:
                 peer.close()

@@ -113,13 +113,17 @@ def test_paillier_baseline_equals_reference(running, channel, remote, held_out):
 
 
 @pytest.mark.slow
-def test_restart_keeps_registered_keys(serve, data_dir, hosted, remote, iris_prepared, running, held_out):
-    """A second server on the same data directory (keys from the store; loading models from the
-    compile cache is tested in test_deployment_and_cache) accepts the key id registered with the
-    first."""
+def test_restart_keeps_registered_keys(
+    serve, data_dir, hosted, remote, iris_prepared, running, held_out, tmp_path
+):
+    """A server restarted on the data directory (a copy of it: the first one still holds the
+    directory; keys from the store; loading models from the compile cache is tested in
+    test_deployment_and_cache) accepts the key id registered with the first."""
     key_id = iris_prepared.key_id
+    copy = tmp_path / "restarted"
+    shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("server.lock"))
     with (
-        serve(data_dir, hosted, key_cap_bytes=2 << 30, enable_paillier_baseline=True) as restarted,
+        serve(copy, hosted, key_cap_bytes=2 << 30, enable_paillier_baseline=True) as restarted,
         make_channel(f"127.0.0.1:{restarted.port}") as channel,
     ):
         again = KnnRemote(channel, "test-server", remote.cache_dir, timeout=300, show_progress=False)
