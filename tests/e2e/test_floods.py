@@ -31,7 +31,9 @@ from petlab.experiments.liveness_peers import (
     ping_flood,
     probe,
     rapid_reset,
+    rss_bytes,
     silent_call,
+    unread_unary_calls,
 )
 from petlab.experiments.server_process import ServerProcess
 from petlab.plaindata import acs_sample_path
@@ -131,6 +133,24 @@ def test_a_hundred_zero_window_watchers_reconnecting(server):
 
     assert_served(beside(server, watchers, 6.0))
     assert_stops(server, signal.SIGINT, 130)
+
+
+def test_replies_never_read_hold_bounded_memory(server):
+    """Unary calls at 500 a second on two connections that announce a zero window (no reply can be
+    delivered), for 6 s: the server's memory grows by less than 64 MiB."""
+    host, port, path = "127.0.0.1", server.port, "/petlab.controller.v1.AnalysisController/Describe"
+    before = rss_bytes(server.pid)
+    sent: list[int] = []
+    result = beside(
+        server,
+        in_threads(*[lambda: sent.append(unread_unary_calls(host, port, path, b"", 6.0, 500))] * 2),
+        6.0,
+    )
+    assert_served(result)
+    grown = rss_bytes(server.pid) - before
+    assert sum(sent) > 1000, sent
+    assert grown < 64 << 20, f"the server grew by {grown >> 20} MiB"
+    assert_stops(server)
 
 
 def test_eleven_hundred_idle_connections_take_no_descriptor_the_server_needs(server):
