@@ -50,12 +50,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         lock = lock_directory(options.data_dir)  # held until the process ends
-        services = build_services(options)
-    except ValueError as exc:  # a bad flag, model name, CSV or bounds file: exit status 2
-        raise BadInput(str(exc)) from exc
-    except (OSError, RuntimeError) as exc:  # the directory is taken, cannot be made: 1
+    except OSError as exc:  # another server has the directory, or it cannot be made: 1
         log.error("%s", exc)
         return 1
+    try:
+        services = build_services(options)
+    except ValueError as exc:  # a bad flag, model name, CSV or bounds file: exit status 2
+        release_directory(lock)
+        raise BadInput(str(exc)) from exc
+    except (OSError, RuntimeError) as exc:  # a directory cannot be made, a cache is shared: 1
+        release_directory(lock)
+        log.error("%s", exc)
+        return 1
+    except BaseException:
+        release_directory(lock)
+        raise
     status = asyncio.run(serve_until_signal(options, services, args))
     release_directory(lock)
     end_process(status)

@@ -80,6 +80,8 @@ async def end_call(context: grpc.aio.ServicerContext, error: BaseException, meth
         await context.abort(error.code, error.message)
     if isinstance(error, TimeoutError):
         await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call exceeded the server's time limit")
+    if isinstance(error, NotImplementedError):  # a generated servicer's method this server lacks
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this method is not implemented")
     log.error("%s failed", method, exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 

@@ -2,7 +2,7 @@
 
 :meth:`HealthStatuses.set` may be called from any thread (the owner's SIGUSR1, the cluster's
 watcher): it records the status and wakes the watchers on the loop, and returns at once. ``Check``
-reads the dict. Each ``Watch`` sends the current status, then the newest one after every change
+and ``List`` read the dict. Each ``Watch`` sends the current status, then the newest one after every change
 (statuses that changed during a send are coalesced); each send must be taken by the peer within
 ``send_seconds``, or the call ends: a watcher that stops reading is dropped, never waited for, and
 holds at most a suspended coroutine and its HTTP/2 stream meanwhile. The messages and the
@@ -72,6 +72,16 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
         if status is None:
             raise CallRefused(grpc.StatusCode.NOT_FOUND, "unknown service")
         return health_pb2.HealthCheckResponse(status=status)
+
+    async def List(self, request, context):
+        """Every served service's status (the server as a whole under "")."""
+        with self._guard:
+            statuses = dict(self._statuses)
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status) for name, status in statuses.items()
+            }
+        )
 
     async def Watch(self, request, context) -> None:
         """The current status at once, then each change (the newest when several came during a
