@@ -150,10 +150,9 @@ def report_lines(fitted: FittedModel, config: PlausibleConfig, runs: int) -> lis
     whole = release_cost(fitted, config, runs)
     seeds = seeds_cost(config, runs)
     if whole is not None:
-        out += whole.lines()
-    elif seeds is not None:
+        return out + whole.lines()
+    if seeds is not None:
         out += seeds.lines()
-        out.append("model: learned WITHOUT noise: no figure for the data set, only the runs given the model")
     elif config.eps0 is None:
         out.append("Privacy Test 1 is deterministic: no differential privacy for the seeds")
     else:
@@ -161,7 +160,9 @@ def report_lines(fitted: FittedModel, config: PlausibleConfig, runs: int) -> lis
             "--max-check-plausible counts on a random subsample: no differential-privacy figure "
             "covers the runs"
         )
-    if whole is None and fitted.model_budget is not None:
+    if fitted.model_budget is None:
+        out.append("model: learned WITHOUT noise: no differential privacy for D_S and D_P or the data set")
+    else:
         out += fitted.model_budget.named(
             f"model alone (structure on D_S, parameters on D_P; {INPUT}; the records written are not covered)"
         ).lines()
