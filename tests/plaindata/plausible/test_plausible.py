@@ -138,7 +138,7 @@ def test_privacy_report_and_theorem_1(acs):
     assert "(epsilon = 1.1293, delta = 7.59e-10)-DP (Theorem 1" in text and "t = 29" in text
     assert "Definition 1 is NOT guaranteed" in text and "at most 0.183" in text
     assert "whole release: the model and the 1000 runs" in text and "1000 x the part below" in text
-    assert "(epsilon = 756.1924, delta = 7.6e-07)-DP (parallel" in text  # docs/explanation/privacy-accounting.md
+    assert "(epsilon = 756.1924, delta = 7.6e-07)-DP (parallel" in text  # the docs quote it
     config1, fitted1 = fitted_model(acs, eps0=None, model_epsilon=None)
     text = "\n".join(report_lines(fitted1, config1, 10))
     assert "WITHOUT noise" in text and "no differential privacy for the seeds" in text
