@@ -98,7 +98,7 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
             (
                 [
                     row["eps"],
-                    epsilon_text(row["total_eps"]),
+                    epsilon_text(float(row["total_eps"])),  # type: ignore[arg-type]
                     row["method"],
                     f"{row['leaves']:,}",
                     f"{row['synthetic']:,} / {row['real']:,}",
