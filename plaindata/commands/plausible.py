@@ -19,7 +19,7 @@ from petlab.errors import BadInput, reading_input
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.commands.common import DIAGNOSTICS_HELP, print_report, save_diagnostics
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
-from petlab.plaindata.plausible.statement import abstention, report_lines
+from petlab.plaindata.plausible.statement import abstention, report_lines, run_cost
 from petlab.plaindata.plausible.synthesis import PlausibleConfig, fit, release
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 from petlab.plaindata.secure_random import release_generator
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             max_check_plausible=args.max_check_plausible,
             abstain=args.abstain,
         )
+        run_cost(config)  # Theorem 1's t and the abstention checked before anything runs
         codes = schema.encode(frame)
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded

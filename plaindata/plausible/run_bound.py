@@ -125,5 +125,5 @@ def least_abstention(k: int, eps0: float, epsilon: float) -> float:
         return 0.0
     rho = float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1), rounding=ROUND_CEILING))
     if rho >= 1 or nothing_delta(k, eps0, epsilon, rho) > 0:
-        raise ArithmeticError("no abstention below 1 covers nothing at this epsilon")
+        raise ValueError("no abstention below 1 keeps 'nothing' within this epsilon: give --abstain")
     return rho

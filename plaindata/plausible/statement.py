@@ -155,6 +155,8 @@ def report_lines(fitted: FittedModel, config: PlausibleConfig, runs: int) -> lis
         out += seeds.lines()
     elif config.eps0 is None:
         out.append("Privacy Test 1 is deterministic: no differential privacy for the seeds")
+    elif config.k < 2:
+        out.append("k = 1: Theorem 1 has no t, no differential-privacy figure covers the runs")
     else:
         out.append(
             "--max-check-plausible counts on a random subsample: no differential-privacy figure "

@@ -88,6 +88,8 @@ def test_plausible_command_errors(tmp_path, capsys):
     assert "gamma" in capsys.readouterr().err
     assert main(["plausible", "--runs", "5", "--abstain", "1", "--out", str(tmp_path / "o.csv")]) == 2
     assert "abstention" in capsys.readouterr().err
+    assert main(["plausible", "--runs", "5", "--t", "50", "--out", str(tmp_path / "o.csv")]) == 2
+    assert "t must be an integer" in capsys.readouterr().err
 
 
 def test_plausible_writes_every_passing_record_and_no_failure(tmp_path, capsys):

@@ -147,6 +147,9 @@ def test_privacy_report_and_theorem_1(acs):
     config2, fitted2 = fitted_model(acs, k=50, max_check_plausible=100)
     text = "\n".join(report_lines(fitted2, config2, 10))
     assert "no differential-privacy figure covers the runs" in text and "whole release" not in text
+    config3, fitted3 = fitted_model(acs, k=1)
+    text = "\n".join(report_lines(fitted3, config3, 10))
+    assert "k = 1: Theorem 1 has no t" in text and "whole release" not in text
 
 
 def test_bad_configuration_is_a_clear_error():
