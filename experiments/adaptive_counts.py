@@ -33,6 +33,7 @@ from petlab.plaindata.adaptive.histograms import (
 )
 from petlab.plaindata.dp.composition import sequential
 from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.dp.privacy_cost import epsilon_text
 from petlab.plaindata.metrics.commute import earthmover_approximation
 
 DEPTHS = (3, 4, 5, 6)
@@ -97,7 +98,7 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
             (
                 [
                     row["eps"],
-                    f"{row['total_eps']:g}",
+                    epsilon_text(float(row["total_eps"])),  # type: ignore[arg-type]
                     row["method"],
                     f"{row['leaves']:,}",
                     f"{row['synthetic']:,} / {row['real']:,}",

@@ -46,6 +46,7 @@ import pandas as pd
 
 from petlab.experiments import markdown
 from petlab.experiments.report import EVALUATION_NOTICE
+from petlab.plaindata.dp.privacy_cost import epsilon_text
 from petlab.plaindata.metrics.commute import commute_miles
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.commute_data import generate
@@ -148,7 +149,7 @@ def run_figures(workers: int, seed: int, sample: int, out: Path) -> int:
             "max_miles": bands.edges_miles[-1],
             "min_keep": min(bands.keep),
             # the dropped variants run on a confidential inside count: no statement covers them
-            "eps_prime": NOT_PRIVATE if name in DROPPED else round(result.privacy.epsilon, 4),
+            "eps_prime": NOT_PRIVATE if name in DROPPED else epsilon_text(result.privacy.epsilon),
             "statement": NOT_PRIVATE if name in DROPPED else result.privacy.line(),
             "min_alpha": float(result.alpha.min()),
             "mean_added_all": float(added.mean()),

@@ -122,9 +122,9 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
         writer.writerow(row)
     for key, value in row.items():
         print(f"  {key}: {value}")
-    # what a release with this configuration states (a function of the configuration only)
+    # what a release of this many runs states (a function of the configuration only)
     print("what a release with this configuration states:")
-    print("\n".join(report_lines(fitted, config)))
+    print("\n".join(report_lines(fitted, config, candidates)))
     print(f"wrote {out}")
     return 0
 

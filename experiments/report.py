@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from petlab.experiments import markdown
+from petlab.plaindata.dp.privacy_cost import delta_text, epsilon_text
 from petlab.plaindata.onthemap.statement import NEIGHBOURS, NOT_COVERED, PUBLIC
 
 # Ameur et al., PSD 2022: Table 4 (Iris, k = 3) and Table 5 (bandwidth per query, KB)
@@ -110,10 +111,24 @@ def synthesis_figures(onthemap, commute, adaptive, plausible, out: Path, machine
     return paths
 
 
+EPSILON_COLUMNS = ("eps_prime", "total_eps", "per_record_epsilon", "whole_release_epsilon")
+DELTA_COLUMNS = ("per_record_delta", "whole_release_delta")
+
+
+def _bound(value, text) -> str:
+    """A privacy bound as every program prints it (rounded up); other cells as they are."""
+    if isinstance(value, str):
+        return value
+    return "-" if value is None or pd.isna(value) else text(float(value))
+
+
 def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     shown = frame.copy()
     for column in shown.columns:
-        if pd.api.types.is_float_dtype(shown[column]):
+        if column in EPSILON_COLUMNS or column in DELTA_COLUMNS:
+            text = epsilon_text if column in EPSILON_COLUMNS else delta_text
+            shown[column] = shown[column].map(lambda v, text=text: _bound(v, text))
+        elif pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: f"{v:.{digits}g}")
     return markdown.frame_table(shown)
 

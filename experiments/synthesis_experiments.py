@@ -28,6 +28,7 @@ from petlab.plaindata.adaptive.histograms import (
 )
 from petlab.plaindata.dp.composition import sequential
 from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.metrics.classifiers import classifier_comparison, distinguishing_accuracy
 from petlab.plaindata.metrics.commute import (
     average_commute_by_destination,
@@ -39,13 +40,14 @@ from petlab.plaindata.metrics.tabular import all_marginal_tvds
 from petlab.plaindata.onthemap.block_grid import BlockGrid
 from petlab.plaindata.onthemap.commute_data import generate
 from petlab.plaindata.onthemap.release import DistanceBands, release
+from petlab.plaindata.plausible.statement import abstention, release_cost, run_cost
 from petlab.plaindata.plausible.synthesis import (
     PlausibleConfig,
     fit,
     fit_marginals,
     sample_marginals,
-    synthesize,
 )
+from petlab.plaindata.plausible.synthesis import release as plausible_release
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
 DEFAULT_KEEP = DistanceBands().keep
@@ -150,12 +152,14 @@ def plausible_experiments(frame: pd.DataFrame, omegas, seed: int, per_class: int
         sample_marginals(fit_marginals(codes, schema.cardinalities, config, rng), size, rng)
     )[list(frame.columns)]
     rates = {"reals": 1.0, "marginals": 1.0}
+    costs: dict[str, tuple[PrivacyCost | None, PrivacyCost | None]] = {}
     for omega in omegas:
         config = PlausibleConfig(k=k, omega=omega)
         fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng)
-        run = synthesize(fitted, size, config, rng, max_candidates=100 * size)  # an evaluation
+        run = plausible_release(fitted, size, config, abstention(config), rng)  # L = size runs, public
         sets[f"omega={omega}"] = schema.decode(run.records)[list(frame.columns)]
         rates[f"omega={omega}"] = run.pass_rate
+        costs[f"omega={omega}"] = (run_cost(config), release_cost(fitted, config, size))
         if progress is not None:
             progress.update()
     reference = frame.iloc[order[len(frame) // 5 :]].iloc[size : 2 * size]  # other reals, for TVD
@@ -164,6 +168,12 @@ def plausible_experiments(frame: pd.DataFrame, omegas, seed: int, per_class: int
     rows = []
     for label, records in sets.items():
         row = {"data": label, "records": len(records), "pass_rate": rates[label]}
+        if label in costs:  # Theorem 1 for one run (the paper's per-record figure), and the release's
+            one, whole = costs[label]
+            row["runs"] = size
+            for name, cost in (("per_record", one), ("whole_release", whole)):
+                row[f"{name}_epsilon"] = None if cost is None else cost.epsilon
+                row[f"{name}_delta"] = None if cost is None else cost.delta
         if label in usable:  # a strict test can pass too few candidates to measure anything
             row["tvd_1way"] = np.mean(list(all_marginal_tvds(reference, records, 1).values()))
             row["tvd_2way"] = np.mean(list(all_marginal_tvds(reference, records, 2).values()))

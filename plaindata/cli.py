@@ -6,7 +6,7 @@ petlab-synth onthemap --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv
 petlab-synth onthemap --od ... --xwalk ... --local-workers 2 --out synthetic-parts/   # or --cluster ADDRESS
 petlab-synth adaptive --od commute/od_main_JT00.csv.gz --xwalk commute/xwalk.csv.gz \
     --method improved --eps 1 --out adaptive.csv.gz
-petlab-synth plausible --data acs13.csv --k 50 --gamma 4 --omega 9 --eps0 1 --count 1000 \
+petlab-synth plausible --data acs13.csv --k 50 --gamma 4 --omega 9 --eps0 1 --runs 1000 \
     --out synthetic.csv
 
 Each subcommand is a row of :data:`COMMANDS` (``petlab.subcommands``), its module in

@@ -1,10 +1,10 @@
 """``petlab-synth plausible``: plausible-deniability synthesis of person records (VLDB 2017).
 
-What reaches the terminal: the file written and the model's (DP) dependency order on success, one
-line on failure, and in both cases the same privacy statement (:mod:`petlab.plaindata.plausible.
-statement`): the per-record (k, gamma) criterion, Theorem 1's (eps, delta) for one released
-record, the sentence that this is not a guarantee for the data set, and the model's own DP; a
-function of the configuration only. No count of the input is printed.
+What reaches the terminal: the file written, the number of records in it (part of the release),
+the model's (DP) dependency order, and the privacy statement (:mod:`petlab.plaindata.plausible.
+statement`): plausible deniability as the test in use gives it, and the whole release's
+(eps, delta)-DP for one record of the input added or removed, with its parts. No count of the
+input is printed.
 """
 
 from __future__ import annotations
@@ -19,21 +19,10 @@ from petlab.errors import BadInput, reading_input
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.commands.common import DIAGNOSTICS_HELP, print_report, save_diagnostics
 from petlab.plaindata.dp.noise import OpenDPNoise, SeededNoise
-from petlab.plaindata.plausible.statement import report_lines
-from petlab.plaindata.plausible.synthesis import (
-    CANDIDATES_PER_RECORD,
-    PlausibleConfig,
-    candidate_limit,
-    fit,
-    synthesize,
-)
+from petlab.plaindata.plausible.statement import abstention, report_lines, run_cost
+from petlab.plaindata.plausible.synthesis import PlausibleConfig, fit, release
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 from petlab.plaindata.secure_random import release_generator
-
-FAILED = (
-    "petlab-synth: the run failed (fewer than --count records passed the privacy test within "
-    "--max-candidates runs): nothing was released"
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domains", type=Path, help="public domains, one attribute a line (default: the ACS domains)"
     )
-    parser.add_argument("--count", type=int, required=True, help="synthetic records to release")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        required=True,
+        help="runs of Mechanism 1 (L, public); every record that passes is written, so fewer records "
+        "than runs are written, how many depending on the data",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output CSV")
     parser.add_argument(
         "--k",
@@ -76,10 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-check-plausible", type=int, help="examine at most this many seeds per candidate (default: all)"
     )
     parser.add_argument(
-        "--max-candidates",
-        type=int,
-        help=f"runs of Mechanism 1 allowed (default {CANDIDATES_PER_RECORD} x --count); fewer passing "
-        "records than --count is a failed run",
+        "--abstain",
+        type=float,
+        help="probability that a run outputs nothing whatever the data (default: the least that "
+        "keeps the outcome 'nothing' within Theorem 1's figure)",
     )
     parser.add_argument("--seed", type=int, help="seed for a reproducible run (NOT for release)")
     parser.add_argument("--diagnostics", type=Path, help=DIAGNOSTICS_HELP)
@@ -94,9 +89,8 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(
                 f"{data_path} does not have the ACS attributes; give its public domains with --domains"
             )
-        if args.count < 1:
-            raise BadInput("--count must be at least 1")
-        limit = candidate_limit(args.count, args.max_candidates)
+        if args.runs < 1:
+            raise BadInput("--runs must be at least 1")
         config = PlausibleConfig(
             k=args.k,
             gamma=args.gamma,
@@ -108,14 +102,16 @@ def run(args: argparse.Namespace) -> int:
             max_cost=args.max_cost,
             max_plausible=args.max_plausible,
             max_check_plausible=args.max_check_plausible,
+            abstain=args.abstain,
         )
+        run_cost(config)  # Theorem 1's t and the abstention checked before anything runs
         codes = schema.encode(frame)
     seeded = args.seed is not None
     rng = release_generator(args.seed)  # ChaCha20 from os.urandom when unseeded
     noise = SeededNoise(args.seed) if seeded else OpenDPNoise()
     print(f"learning the model from {data_path} ...", file=sys.stderr)
     fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng, noise)
-    result = synthesize(fitted, args.count, config, rng, noise, limit, show_progress=True)
+    result = release(fitted, args.runs, config, abstention(config), rng, noise, show_progress=True)
     save_diagnostics(
         args.diagnostics,
         {
@@ -126,18 +122,13 @@ def run(args: argparse.Namespace) -> int:
             "pass_rate": result.pass_rate,
         },
     )
-    statement = report_lines(fitted, config)
-    if len(result.records) < args.count:
-        print(FAILED, file=sys.stderr)
-        print_report(statement, seeded)
-        return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
     schema.decode(result.records)[list(frame.columns)].to_csv(args.out, index=False)
     order = " -> ".join(schema.names[i] for i in fitted.model.order)
     kept = ", ".join(schema.names[i] for i in fitted.model.kept(config.omega)) or "none"
     print(
-        f"wrote {args.out}: {len(result.records)} records; dependency order {order}; "
-        f"kept from the seed: {kept}"
+        f"wrote {args.out}: {len(result.records)} records from {args.runs} runs; dependency order "
+        f"{order}; kept from the seed: {kept}"
     )
-    print_report(statement, seeded)
+    print_report(report_lines(fitted, config, args.runs), seeded)
     return 0

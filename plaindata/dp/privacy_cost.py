@@ -18,10 +18,46 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, Decimal
 
 DP = "DP"
 PROBABILISTIC_DP = "probabilistic DP"
 NOTIONS = (DP, PROBABILISTIC_DP)
+EPSILON_DECIMALS = 4
+DELTA_DIGITS = 3
+
+
+def rounded_up(value: float, decimals: int | None = None, digits: int | None = None) -> str:
+    """``value`` as text, rounded UP (never below the bound it prints): to ``decimals`` places, or
+    to ``digits`` significant digits (fixed notation from 1e-4 up, else scientific, like ``g``).
+    The value's shortest decimal form (``repr``, within half a unit in the float's last place) is
+    rounded towards +infinity, so 1/11 prints 0.091 at 4 places, 2^-30 prints 9.32e-10 at 3
+    digits and an input of 1e-5 prints 1e-05. Trailing zeros are dropped."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"a printed bound is a finite number >= 0, got {value}")
+    exact = Decimal(repr(float(value)))
+    if exact == 0:
+        return "0"
+    if digits is None:
+        places = EPSILON_DECIMALS if decimals is None else decimals
+        text = f"{exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_CEILING):f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    up = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_CEILING)
+    up = up.normalize()  # 9.999 -> 1E+1: the exponent moves with the carry
+    if -4 <= up.adjusted() < digits:
+        return f"{up:f}"
+    mantissa = f"{up.scaleb(-up.adjusted()):f}"
+    return f"{mantissa}e{up.adjusted():+03d}"
+
+
+def epsilon_text(epsilon: float) -> str:
+    """An epsilon as every program prints it: 4 decimals, rounded up."""
+    return rounded_up(epsilon, decimals=EPSILON_DECIMALS)
+
+
+def delta_text(delta: float) -> str:
+    """A delta (or any probability bound) as every program prints it: 3 significant digits, rounded up."""
+    return rounded_up(delta, digits=DELTA_DIGITS)
 
 
 @dataclass(frozen=True)
@@ -51,8 +87,8 @@ class PrivacyCost:
         return replace(self, what=what, covered_by=self.covered_by if covered_by is None else covered_by)
 
     def line(self) -> str:
-        epsilon = f"{self.epsilon:.4f}".rstrip("0").rstrip(".")
-        budget = f"{self.symbol} = {epsilon}" + (f", delta = {self.delta:.3g}" if self.delta else "")
+        budget = f"{self.symbol} = {epsilon_text(self.epsilon)}"
+        budget += f", delta = {delta_text(self.delta)}" if self.delta else ""
         notion = "-DP" if self.notion == DP else f"-{self.notion}"
         proof = f" ({self.covered_by})" if self.covered_by else ""
         warning = " (delta = 1: says nothing)" if self.vacuous else ""

@@ -1,131 +1,171 @@
-"""What plausible-deniability synthesis guarantees, and why no figure for the whole release is
-printed (issue 31, replacing issue 24's composed statement, which rested on a false step).
+"""What a plausible-deniability release guarantees, for everything it writes.
 
-Bindschaedler, Shokri and Gunter (VLDB 2017). Neighbouring data sets: D' = D + {d'}, one record
-added to (or removed from) the seeds D_T (Theorem 1's neighbours); the model is fixed (it is
-learned on D_S and D_P). Public: the schema, k, gamma, omega, eps0, t, ``--count`` and ``--max-
-candidates`` (L).
+Bindschaedler, Shokri and Gunter (VLDB 2017). The release (:func:`.synthesis.release`): a public
+number L of independent runs; each abstains with the public probability rho, else runs
+Mechanism 1 (a seed drawn uniformly from D_T, Privacy Test 2); every passing record is written,
+in run order, and how many were written is part of the output. Public: the schema, k, gamma,
+omega, eps0, t, L, rho, the split shares and the model's budget.
 
-**1. What the paper proves.** Definition 1, equation (1): y is releasable with
-(k, gamma)-plausible deniability if at least k - 1 other records of D could have generated it with
-probabilities within a factor gamma of the seed's. Privacy Test 1 checks it deterministically;
-Privacy Test 2 with the threshold k + Lap(1 / eps0). Theorem 1: Mechanism 1 with Test 2 satisfies,
-for every *set Y of synthetic records* and every integer 1 <= t < k,
-Pr{M(D') in Y} <= e^eps Pr{M(D) in Y} + delta (and with D, D' swapped), eps = eps0 +
-ln(1 + gamma / t), delta = e^{-eps0 (k - t)}. Section 8 (Discussion): "the (eps, delta)-differential
-privacy guarantee applies to a single (released) synthetic record". That is what is printed.
+**1. One run, every outcome** (:mod:`.run_bound`): for neighbours D_T' = D_T + {d'} (one seed
+record added or removed, the model fixed), one run is (eps1, delta1 + delta_nothing)-DP over
+records *and* nothing, eps1 = eps0 + ln(1 + gamma / t), delta1 = e^{-eps0 (k - t)} (Theorem 1,
+which covers sets of records and, as derived there, every seed-set size), and delta_nothing the
+divergence of "nothing", 0 at the default rho (:func:`.run_bound.least_abstention`). Without
+abstention delta_nothing is about 1 / (k + 9), whatever epsilon: one seed with few look-alikes
+moves the chance that a run writes nothing by about 1 / (n + 1), and the count written shows it.
 
-**2. The outcome "nothing" is not covered.** In this project's generative model Pr{y = M(d)} is
-one common value q(y) for every seed d that agrees with y on the kept attributes, 0 for the others
-(:mod:`.bayes_model`), so all of them are plausible seeds, and one run of Mechanism 1 on n seeds
-picks the kept values kappa with probability c_kappa / n (c_kappa seeds carry them), passes with
-pi(c_kappa) = P(Lap(1 / eps0) <= c_kappa - k), and resamples the rest from the model:
+**2. The L runs.** The runs use independent randomness on the same D_T and model, so their
+outcomes are a composition of L mechanisms that are each (eps1, delta_run)-DP; their optimal
+composition (:func:`petlab.plaindata.dp.composition.repeated`, dp_accounting's PLD accountant,
+slack delta' = the model's delta) bounds the sequence of L outcomes. What is written (the passing
+records in run order, their number) is a function of that sequence: post-processing, covered.
+Nothing else depends on D_T: no stopping rule, no failed exit.
 
-  P_D(a record with kept values kappa) = (c_kappa / n) pi(c_kappa),
-  P_D(nothing) = 1 - sum_kappa (c_kappa / n) pi(c_kappa).
+**3. The whole data set.** Every input record goes to D_S, D_P or D_T independently with the
+public shares (pi_S, pi_P, pi_T). For D' = D + {r}, couple the other records' assignments; r
+lands in subset s with probability pi_s and only that subset changes. In D_S or D_P the model
+moves by its (eps_s, delta_s) and the release is a randomized function of the model and the same
+D_T (post-processing); in D_T the model is the same and the release moves by step 2's figure. So
+P(out(D') in E) <= sum_s pi_s (e^{eps_s} P(out(D) in E) + delta_s) <= e^{max eps_s} P(out(D) in E)
++ max delta_s, and the same with D, D' swapped: the whole release is the parallel composition
+(:func:`petlab.plaindata.dp.composition.parallel`) of the structure, the parameters and step 2,
+for one record of the input added or removed. The dependency order and kept attributes printed
+are functions of the model. The diagnostics file (counts of the data) is not covered.
 
-Take D = n copies of one record and D' = D + one record that shares no kept value (the issue's
-counterexample). With n >= k, P_D(nothing) = 1 - pi(n) = e^{-eps0 (n - k)} / 2, and
-P_D'(nothing) >= (1 - pi(1)) / (n + 1), pi(1) = e^{-eps0 (k - 1)} / 2. At the defaults (k = 50,
-eps0 = 1, t = 29: eps = 1.129, delta = 7.6e-10) and n = 60 the hockey-stick divergence
-P_D'(nothing) - e^eps P_D(nothing) is 0.0163, 2e7 times delta: Theorem 1 holds for sets of records,
-and cannot be extended to "nothing" (``tests/plaindata/plausible/test_plausible_release_law.py`` computes it
-exactly with the project's own seed probabilities and plausible-seed counts).
+**4. Plausible deniability.** Privacy Test 1 (deterministic) writes a record only with at least k
+plausible seeds: Definition 1 holds for every written record, and there is no differential
+privacy (a seed can lift a count to k). Privacy Test 2 writes a candidate with c plausible seeds
+with probability P(Lap(1 / eps0) <= c - k) <= e^{-eps0 (k - c)} / 2 for c < k, so Definition 1 is
+NOT guaranteed: a run writes a record with at most k - j plausible seeds with probability at most
+(1 - rho) e^{-eps0 j} / 2 (j >= 1), whatever the data (this holds for counts capped by
+``max_plausible`` or counted on a subsample, which are at most the true count). With k = 50,
+eps0 = 1 and 49 identical seeds every written record has 49.
 
-**3. No whole-release figure.** ``synthesize`` runs Mechanism 1 at most L times until ``count``
-records pass, and otherwise fails (nothing written, exit status 1). What an observer sees is the
-``count`` records or FAILED.
-
-* With the failure visible: FAILED has probability P(Binomial(L, p_D) < count), p_D = 1 -
-  P_D(nothing). For ``count`` = L = 1 it is P_D(nothing) itself (divergence 0.0163 above); for
-  any L and count it moves with p_D, which one record changes by about 1 / (n + 1). Composing
-  Theorem 1 over the L runs (printed before issue 31) assumed each run DP for "nothing" too,
-  which 2. refutes, and the exact law breaks it when ``count`` = L. Composing over the released
-  records (the paper's Discussion) ignores the failure and the waiting: broken the same way.
-* Without a failure (draw until ``count`` records pass): the records are i.i.d. from the law
-  conditioned on passing, Q_D(kappa) = c_kappa pi(c_kappa) / W_D, W_D = sum c_kappa pi(c_kappa).
-  For D = {a} and D' = {a, b}, a and b differing on a kept attribute, Q_D(b's values) = 0 and
-  Q_D'(b's values) = 1/2: delta >= 1/2 whatever eps. In general the extra delta is
-  pi(1) / W_D, a figure of the data (a data set whose records all have few look-alikes makes it
-  large and the run endless), so no data-independent (eps, delta) is useful, and a statement
-  computed from W_D would itself be a release.
-* A run that never outputs "nothing" (a fallback record drawn from the model when the test
-  fails) moves probability about q / (n + 1) onto records D never outputs (q: the fallback's
-  probability of kept values no seed of D carries), so the counterexample still applies.
-
-So ``petlab-synth plausible`` prints what the paper proves (the per-record criterion and Theorem
-1's (eps, delta) for one released record, given the model), says that it is **not a guarantee for
-the data set** (the number of records, the failed exit and the set of records together are not
-covered), and prints no composed figure. The model's own (eps, delta)-DP (structure on D_S,
-parameters on D_P: Sections 3.3.1 and 3.4.1, composed in :mod:`petlab.plaindata.dp.composition`)
-is printed as what it is, a statement about the model, which is not released by itself. It
-composes in parallel: every record goes to D_S, D_P or D_T independently with the public shares
-(pi_S, pi_P, pi_T); for D' = D + {r}, couple the assignments of D's records; r lands in subset s
-w.p. pi_s and only that subset changes, so for every event E, P(model(D') in E) <= sum_s pi_s
-(e^{eps_s} P(model(D) in E) + delta_s) <= e^{max eps_s} P(model(D) in E) + max delta_s (eps_T =
-delta_T = 0: the model does not read D_T).
+**Not covered.** With ``max_check_plausible`` the count is a random subsample, fact (b) of
+:mod:`.run_bound` fails, and no DP figure is printed. With the model learned without noise there is
+no figure for the data set; step 2's figure (given the model) is printed.
 """
 
 from __future__ import annotations
 
-from petlab.plaindata.dp.privacy_cost import PrivacyCost
+import math
+
+from petlab.plaindata.dp.composition import parallel, repeated
+from petlab.plaindata.dp.privacy_cost import PrivacyCost, delta_text
 from petlab.plaindata.plausible.privacy_tests import default_t, theorem1
+from petlab.plaindata.plausible.run_bound import least_abstention, nothing_delta
 from petlab.plaindata.plausible.synthesis import FittedModel, PlausibleConfig
 
-NEIGHBOURS = "neighbours: one seed record added or removed, the model fixed"
-NOT_FOR_THE_DATA_SET = (
-    "NOT a guarantee for the data set: the number of records released, the failed exit and the "
-    "released records taken together are not covered, and no sound composed figure exists "
-    "(plaindata/plausible/statement.py)"
-)
+SEEDS = "neighbours: one seed record added or removed, the model fixed"
+INPUT = "neighbours: one record of the input added or removed"
 
 
-def criterion_line(config: PlausibleConfig) -> str:
-    """Definition 1 as the privacy test enforces it on every released record."""
-    test = (
-        "Privacy Test 1: at least k plausible seeds"
-        if config.eps0 is None
-        else f"Privacy Test 2: at least k + Lap(1/{config.eps0:g}) plausible seeds"
-    )
-    return (
-        f"each released record: ({config.k}, {config.gamma:g})-plausible deniability (Definition 1, {test})"
-    )
-
-
-def one_record_cost(config: PlausibleConfig) -> PrivacyCost | None:
-    """Theorem 1 for one run of Mechanism 1 with Test 2, for sets of released records; None for
-    Test 1 (deterministic: no DP) or k < 2 (no t)."""
+def theorem1_t(config: PlausibleConfig) -> int | None:
+    """Theorem 1's t (given, or :func:`default_t`); None for Test 1 or k < 2."""
     if config.eps0 is None or config.k < 2:
         return None
-    t = config.t if config.t is not None else default_t(config.k, config.eps0, config.model_delta)
+    return config.t if config.t is not None else default_t(config.k, config.eps0, config.model_delta)
+
+
+def abstention(config: PlausibleConfig) -> float:
+    """rho: ``config.abstain``, else the least that makes "nothing" cost no delta (0 for Test 1,
+    which has no DP to protect)."""
+    if config.abstain is not None:
+        return config.abstain
+    t = theorem1_t(config)
+    if t is None or config.eps0 is None:
+        return 0.0
+    return least_abstention(config.k, config.eps0, theorem1(config.k, config.gamma, config.eps0, t).epsilon)
+
+
+def run_cost(config: PlausibleConfig) -> PrivacyCost | None:
+    """One run, records and nothing (step 1); None where no figure covers it."""
+    t = theorem1_t(config)
+    if t is None or config.eps0 is None or config.max_check_plausible is not None:
+        return None
     bound = theorem1(config.k, config.gamma, config.eps0, t)
+    rho = abstention(config)
+    nothing = nothing_delta(config.k, config.eps0, bound.epsilon, rho)
     return PrivacyCost(
         bound.epsilon,
-        bound.delta,
-        f"one released record, given the model, for sets of records ({NEIGHBOURS})",
-        f"Theorem 1, k = {config.k}, gamma = {config.gamma:g}, eps0 = {config.eps0:g}, t = {t}",
+        min(1.0, bound.delta + nothing),
+        f"one run of Mechanism 1, every outcome (a record or nothing) ({SEEDS})",
+        f"Theorem 1 for records, k = {config.k}, gamma = {config.gamma:g}, eps0 = {config.eps0:g}, "
+        f"t = {t}; nothing: abstention {rho:g} adds delta {delta_text(nothing)} (run_bound.py)",
     )
 
 
-def report_lines(fitted: FittedModel, config: PlausibleConfig) -> list[str]:
-    """What ``petlab-synth plausible`` prints, the same for a successful run and a failed one:
-    a function of the configuration only."""
+def seeds_cost(config: PlausibleConfig, runs: int) -> PrivacyCost | None:
+    """The L runs, everything they write, given the model (step 2)."""
+    one = run_cost(config)
+    if one is None:
+        return None
+    return repeated(one, runs, config.model_delta, f"the {runs} runs, everything written ({SEEDS})")
+
+
+def release_cost(fitted: FittedModel, config: PlausibleConfig, runs: int) -> PrivacyCost | None:
+    """The whole release for one record of the input (step 3); None where no figure covers it."""
+    seeds = seeds_cost(config, runs)
+    structure, parameters = fitted.structure.budget, fitted.parameters_budget
+    if seeds is None or structure is None or parameters is None:
+        return None
+    return parallel(
+        [structure, parameters, seeds],
+        f"whole release: the model and the {runs} runs, everything written ({INPUT})",
+    )
+
+
+def deniability_line(config: PlausibleConfig) -> str:
+    """Definition 1 as the test in use gives it (step 4)."""
+    if config.eps0 is None:
+        return (
+            f"plausible deniability (Privacy Test 1, deterministic): every written record has at least "
+            f"k = {config.k} plausible seeds: ({config.k}, {config.gamma:g})-plausible deniability "
+            "(Definition 1)"
+        )
+    rho = abstention(config)
+    below_k = (1 - rho) * math.exp(-config.eps0) / 2
+    line = (
+        f"plausible deniability (Privacy Test 2, threshold k + Lap(1/{config.eps0:g})): Definition 1 "
+        f"is NOT guaranteed; a run writes a record with fewer than k = {config.k} plausible seeds "
+        f"with probability at most {delta_text(below_k)}"
+    )
+    t = theorem1_t(config)
+    if t is not None:
+        few = (1 - rho) * math.exp(-config.eps0 * (config.k - t)) / 2
+        line += f", with {t} or fewer at most {delta_text(few)}"
+    return line + ", whatever the data"
+
+
+def report_lines(fitted: FittedModel, config: PlausibleConfig, runs: int) -> list[str]:
+    """What ``petlab-synth plausible`` prints: a function of the configuration and the model's
+    budget only (the same whatever the number of records written)."""
+    rho = abstention(config)
     out = [
-        f"plausible deniability: k = {config.k}, gamma = {config.gamma:g}, omega = {config.omega}",
-        criterion_line(config),
+        f"plausible deniability synthesis: k = {config.k}, gamma = {config.gamma:g}, "
+        f"omega = {config.omega}; {runs} runs of Mechanism 1, each abstaining with probability "
+        f"{rho:g} whatever the data; every passing record written, their number part of the output",
+        deniability_line(config),
     ]
-    record = one_record_cost(config)
-    if record is None:
-        out.append("Privacy Test 1 is deterministic: no differential privacy for a released record")
+    whole = release_cost(fitted, config, runs)
+    seeds = seeds_cost(config, runs)
+    if whole is not None:
+        return out + whole.lines()
+    if seeds is not None:
+        out += seeds.lines()
+    elif config.eps0 is None:
+        out.append("Privacy Test 1 is deterministic: no differential privacy for the seeds")
+    elif config.k < 2:
+        out.append("k = 1: Theorem 1 has no t, no differential-privacy figure covers the runs")
     else:
-        out += record.lines()
-    out.append(NOT_FOR_THE_DATA_SET)
+        out.append(
+            "--max-check-plausible counts on a random subsample: no differential-privacy figure "
+            "covers the runs"
+        )
     if fitted.model_budget is None:
-        out.append("model: learned WITHOUT noise (no differential privacy for D_S and D_P)")
+        out.append("model: learned WITHOUT noise: no differential privacy for D_S and D_P or the data set")
     else:
-        model = fitted.model_budget
-        out += model.named(
-            "model alone (structure on D_S, parameters on D_P; neighbours: one record added or "
-            "removed; the records it generates are not covered)"
+        out += fitted.model_budget.named(
+            f"model alone (structure on D_S, parameters on D_P; {INPUT}; the records written are not covered)"
         ).lines()
     return out

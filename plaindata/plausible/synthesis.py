@@ -13,11 +13,12 @@ Bindschaedler, Shokri and Gunter (VLDB 2017), Mechanism 1 (Section 2), the gener
 3. Mechanism 1, vectorised over a batch: draw seeds uniformly from D_T, resample omega attributes,
    count each candidate's plausible seeds and run Privacy Test 1 or 2. With D_T empty there is no
    seed to draw and every run outputs nothing.
-4. The release (:func:`synthesize`): runs of Mechanism 1 until ``count`` records pass, at most
-   ``max_candidates`` runs (default :data:`CANDIDATES_PER_RECORD` x ``count``); fewer than
-   ``count`` passing records is a failed run, which releases nothing. What is guaranteed (the
-   per-record criterion and Theorem 1 for one record) and why no figure covers the whole release
-   (the failure, the number of records): :mod:`.statement`.
+4. The release (:func:`release`): a fixed, public number L of independent runs. Each run abstains
+   (outputs nothing) with the public probability ``config.abstain`` whatever the data, and
+   otherwise is one run of Mechanism 1 with its own seed drawn uniformly from D_T. Every record
+   that passes is written, in run order; how many were written is part of the output. There is no
+   stopping rule and no failed exit. Its statement, derived from Theorem 1 for every outcome of a
+   run (records and nothing, :mod:`.run_bound`) and composed over the L runs: :mod:`.statement`.
 
 Counting plausible seeds. Pr{y = M(d)} is 0 unless d agrees with y on the kept attributes and is
 then one common value (see :mod:`petlab.plaindata.plausible.bayes_model`), so all the seeds with non-zero
@@ -55,8 +56,6 @@ from petlab.plaindata.plausible.bayes_structure import Structure, learn_structur
 from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
 
-CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record
-
 
 @dataclass(frozen=True)
 class PlausibleConfig:
@@ -72,6 +71,7 @@ class PlausibleConfig:
     alpha: float = 1.0
     max_plausible: int | None = None
     max_check_plausible: int | None = None
+    abstain: float | None = None  # each run's abstention probability; None: statement.least_abstention
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.gamma <= 1:
@@ -86,6 +86,8 @@ class PlausibleConfig:
             raise ValueError("split needs three positive shares that sum to 1 (structure, parameters, seeds)")
         if self.max_cost < 2:
             raise ValueError("max_cost must be at least 2")
+        if self.abstain is not None and not 0 <= self.abstain < 1:
+            raise ValueError("the abstention probability must lie in [0, 1)")
         for name in ("max_plausible", "max_check_plausible"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -256,56 +258,49 @@ def generate_and_test(
 
 
 @dataclass(frozen=True)
-class SynthesisRun:
-    """The released records (at most the requested count), the test's tally over all candidates
-    generated (the last batch may pass more than were needed) and the run limit used."""
+class Release:
+    """Every record that passed, in run order, and the tally: ``runs`` runs, of which
+    ``candidates`` drew a seed (did not abstain) and ``passed`` wrote a record."""
 
     records: np.ndarray
+    runs: int
     candidates: int
     passed: int
-    limit: int
 
     @property
     def pass_rate(self) -> float:
+        """Passing records per candidate: a figure of the data (evaluation only)."""
         return self.passed / self.candidates if self.candidates else 0.0
 
 
-def candidate_limit(count: int, max_candidates: int | None = None) -> int:
-    """Runs of Mechanism 1 allowed for ``count`` records: ``max_candidates``, or
-    :data:`CANDIDATES_PER_RECORD` x ``count`` (public). A limit
-    below ``count`` makes every run fail, whatever the data."""
-    if count < 1:
-        raise ValueError("count must be at least 1")
-    limit = max_candidates if max_candidates is not None else CANDIDATES_PER_RECORD * count
-    if limit < 1:
-        raise ValueError("the candidate limit must be at least 1")
-    return limit
-
-
-def synthesize(
+def release(
     fitted: FittedModel,
-    count: int,
+    runs: int,
     config: PlausibleConfig,
+    abstain: float,
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
-    max_candidates: int | None = None,
     batch: int = 20_000,
     show_progress: bool = False,
-) -> SynthesisRun:
-    """Runs of Mechanism 1 until ``count`` pass the test or :func:`candidate_limit` runs are done.
-    Fewer than ``count`` records back means the run failed (module docstring, step 4)."""
-    limit = candidate_limit(count, max_candidates)
-    released: list[np.ndarray] = []
-    have = tried = passed = 0
-    with tqdm(total=count, desc="released", unit="rec", disable=not show_progress) as progress:
-        while have < count and tried < limit:
-            size = min(batch, limit - tried)
-            result = generate_and_test(fitted, size, config, rng, noise)
-            tried += size
-            passed += int(result.passed.sum())
-            accepted = result.records[result.passed][: count - have]
-            released.append(accepted)
-            have += len(accepted)
-            progress.update(len(accepted))
-    records = np.vstack(released) if released else np.empty((0, fitted.seeds.shape[1]), np.int64)
-    return SynthesisRun(records, tried, passed, limit)
+) -> Release:
+    """``runs`` independent runs (module docstring, step 4): each abstains with probability
+    ``abstain`` (drawn from ``rng``, whatever the data), else runs Mechanism 1; every passing
+    record is returned, in run order."""
+    if runs < 1:
+        raise ValueError("the release needs at least one run")
+    if not 0 <= abstain < 1:
+        raise ValueError("the abstention probability must lie in [0, 1)")
+    written: list[np.ndarray] = []
+    candidates = passed = 0
+    with tqdm(total=runs, desc="runs", unit="run", disable=not show_progress) as progress:
+        for offset in range(0, runs, batch):
+            size = min(batch, runs - offset)
+            active = int((rng.random(size) >= abstain).sum())
+            if active:
+                result = generate_and_test(fitted, active, config, rng, noise)
+                written.append(result.records[result.passed])
+                passed += int(result.passed.sum())
+            candidates += active
+            progress.update(size)
+    records = np.vstack(written) if written else np.empty((0, fitted.seeds.shape[1]), np.int64)
+    return Release(records, runs, candidates, passed)

@@ -54,5 +54,5 @@ def test_every_synthesizer_states_its_cost_as_the_one_type():
     onthemap = release_cost(4.6, 1e-5, (1.0, 0.0378), 200.0, PriorSummary(1, 0.01))
     assert isinstance(onthemap, PrivacyCost) and onthemap.notion == PROBABILISTIC_DP
     assert onthemap.epsilon == pytest.approx(4.6 - math.log1p(-1e-5) + math.log(1 / 0.0378) + math.log(2))
-    assert "epsilon' = 8.5686" in onthemap.line()
+    assert "epsilon' = 8.5687" in onthemap.line()
     assert PriorSummary.combine([PriorSummary(1, 0.02), PriorSummary(2, 0.01)]) == PriorSummary(2, 0.01)

@@ -18,15 +18,15 @@ from petlab.plaindata.plausible.privacy_tests import (
     partitions,
     privacy_test_2_batch,
 )
-from petlab.plaindata.plausible.statement import one_record_cost, report_lines
+from petlab.plaindata.plausible.statement import abstention, report_lines, run_cost
 from petlab.plaindata.plausible.synthesis import (
     PlausibleConfig,
     fit,
     fit_marginals,
     generate_and_test,
     plausible_counts,
+    release,
     sample_marginals,
-    synthesize,
 )
 from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_domains_path, load_domains
 
@@ -96,8 +96,8 @@ def test_early_stopping_has_the_tools_law():
 def test_synthetics_have_the_schema_and_domains(acs):
     schema, frame, _ = acs
     config, fitted = fitted_model(acs, omega=9)
-    run = synthesize(fitted, 400, config, np.random.default_rng(15), SeededNoise(16))
-    assert len(run.records) == 400 and run.candidates >= 400 and run.passed >= 400
+    run = release(fitted, 400, config, 0.0, np.random.default_rng(15), SeededNoise(16))
+    assert 0 < len(run.records) == run.passed <= run.candidates == 400
     synthetic = schema.decode(run.records)[list(frame.columns)]
     assert list(synthetic.columns) == list(frame.columns)
     assert (synthetic.dtypes == frame.dtypes).all()
@@ -115,7 +115,7 @@ def test_synthetics_keep_pairwise_statistics_better_than_marginals(acs):
     config = PlausibleConfig(k=5, omega=9, model_epsilon=None, split=(0.2, 0.4, 0.4))
     rng = np.random.default_rng(17)
     fitted = fit(codes, schema.cardinalities, acs_discretization(schema), config, rng)
-    synthetic = schema.decode(synthesize(fitted, 10000, config, rng, SeededNoise(18)).records)
+    synthetic = schema.decode(release(fitted, 10000, config, 0.0, rng, SeededNoise(18)).records)
     marginal_model = fit_marginals(codes, schema.cardinalities, config, np.random.default_rng(17))
     marginals = schema.decode(sample_marginals(marginal_model, 10000, rng))
     reals = schema.decode(fitted.seeds)
@@ -130,18 +130,26 @@ def test_privacy_report_and_theorem_1(acs):
     assert model.epsilon == pytest.approx(1.0, rel=1e-3) and model.delta <= 2.0**-30
     # default t: the largest t with exp(-(k - t)) <= 2^-30, i.e. k - t >= 30 ln 2 = 20.8: t = 29
     assert default_t(50, 1.0, 2.0**-30) == 29
-    per_record = one_record_cost(config)
-    assert per_record.epsilon == pytest.approx(1 + math.log(1 + 4 / 29))
-    assert per_record.delta == pytest.approx(math.exp(-21))
-    text = "\n".join(report_lines(fitted, config))
-    assert "(epsilon = 1.1292, delta = 7.58e-10)-DP (Theorem 1" in text and "t = 29" in text
-    assert "(50, 4)-plausible deniability (Definition 1" in text
-    assert "NOT a guarantee for the data set" in text
-    assert "runs" not in text  # no figure composed over runs or records
+    per_run = run_cost(config)
+    assert per_run.epsilon == pytest.approx(1 + math.log(1 + 4 / 29))
+    assert per_run.delta == pytest.approx(math.exp(-21))  # the default abstention adds nothing
+    assert abstention(config) == 0.0079
+    text = "\n".join(report_lines(fitted, config, 1000))
+    assert "(epsilon = 1.1293, delta = 7.59e-10)-DP (Theorem 1" in text and "t = 29" in text
+    assert "Definition 1 is NOT guaranteed" in text and "at most 0.183" in text
+    assert "whole release: the model and the 1000 runs" in text and "1000 x the part below" in text
+    assert "(epsilon = 756.1924, delta = 7.6e-07)-DP (parallel" in text  # the docs quote it
     config1, fitted1 = fitted_model(acs, eps0=None, model_epsilon=None)
-    text = "\n".join(report_lines(fitted1, config1))
-    assert "WITHOUT noise" in text and "no differential privacy for a released record" in text
-    assert one_record_cost(config1) is None
+    text = "\n".join(report_lines(fitted1, config1, 10))
+    assert "WITHOUT noise" in text and "no differential privacy for the seeds" in text
+    assert "every written record has at least k = 5 plausible seeds" in text
+    assert run_cost(config1) is None
+    config2, fitted2 = fitted_model(acs, k=50, max_check_plausible=100)
+    text = "\n".join(report_lines(fitted2, config2, 10))
+    assert "no differential-privacy figure covers the runs" in text and "whole release" not in text
+    config3, fitted3 = fitted_model(acs, k=1)
+    text = "\n".join(report_lines(fitted3, config3, 10))
+    assert "k = 1: Theorem 1 has no t" in text and "whole release" not in text
 
 
 def test_bad_configuration_is_a_clear_error():

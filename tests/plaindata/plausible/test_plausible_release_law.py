@@ -1,26 +1,22 @@
-"""Plausible deniability as it runs: every observable output of the release, enumerated exactly
-on a toy model, against every figure ``petlab-synth plausible`` prints (issue 31).
+"""The plausible-deniability release as it runs: every observable output enumerated exactly on a
+toy model, against every DP figure ``petlab-synth plausible`` prints; a Monte Carlo check at the
+command's defaults.
 
-The release (``synthesize``, ``petlab-synth plausible``) runs Mechanism 1 until ``count`` records
-pass, at most L times, and otherwise fails (nothing written, exit status 1). Given the model, runs
-are i.i.d.: a run outputs record y with probability P_D(y) (``mechanism_law`` of
+The release (``release``, ``petlab-synth plausible --runs L``) makes L independent runs; each
+abstains with probability rho, else runs Mechanism 1 (``mechanism_law`` of
 ``test_plausible_mechanism_law``, from the project's own seed probabilities and plausible-seed
-counts) and passes with probability p = sum_y P_D(y). So the release outputs the ordered records
-(y_1..y_c) with probability prod_i P_D(y_i) * sum_{j=c}^{L} C(j - 1, c - 1) (1 - p)^{j - c}, and
-FAILED with probability P(Binomial(L, p) < c).
-
-Every DP figure of the printed statement (:func:`petlab.plaindata.plausible.statement.report_lines`,
-what the command prints) is checked against the exact law it claims to cover: a figure "for sets of
-records" against one run's law on sets of records (Theorem 1); the model's own figure is checked
-against the accountant in ``test_printed_figures``; any other DP figure claims the release and is
-checked against the whole law, FAILED included. The issue's counterexample (n identical seeds, a
-neighbour adds one record that shares no kept attribute) breaks every whole-release figure the
-project printed before (Theorem 1 composed over the L runs), so this test fails on that code.
+counts: a record y with probability P_D(y), nothing otherwise). What is written is the sequence
+of passing records (its length included), so the release outputs (y_1..y_j) with probability
+sum over the placements of the j records among the L runs of prod P(y_i) P(nothing)^{L - j}.
+Every figure printed for the seeds (one run; the L runs) is checked against that exact law,
+"nothing" and the number written included, on neighbours that differ by one seed record:
+the counterexample (n identical seeds, one added record sharing no kept attribute), the pair
+49 a + b against 50 a + b, the empty seed set against one seed, and random pairs; at small k and
+at the defaults (k = 50, eps0 = 1, t = 29).
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import re
@@ -28,56 +24,59 @@ import re
 import numpy as np
 import pytest
 from scipy import stats
-from scipy.stats import binom
-from test_plausible_mechanism_law import DOMAIN, GAMMA, MODEL, OMEGA, SEEDS, hockey_stick, mechanism_law
+from test_plausible_mechanism_law import DOMAIN, GAMMA, MODEL, OMEGA, SEEDS, mechanism_law
 
+from petlab.plaindata.dp.composition import repeated
 from petlab.plaindata.dp.noise import SeededNoise
+from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.plausible import statement
 from petlab.plaindata.plausible.bayes_structure import Structure
 from petlab.plaindata.plausible.privacy_tests import theorem1
-from petlab.plaindata.plausible.synthesis import (
-    FittedModel,
-    PlausibleConfig,
-    assign_subsets,
-    candidate_limit,
-    generate_and_test,
-    synthesize,
-)
+from petlab.plaindata.plausible.run_bound import least_abstention, nothing_delta
+from petlab.plaindata.plausible.synthesis import FittedModel, PlausibleConfig, assign_subsets, release
 
-K, EPS0, T = 4, 2.0, 2  # Theorem 1: eps1 = 2 + ln 3, delta1 = e^-4
 FIGURE = re.compile(
     r"^\s*(?P<what>.*): \(epsilon = (?P<eps>[0-9.e+-]+)(?:, delta = (?P<delta>[0-9.e+-]+))?\)-DP"
 )
+SMALL = PlausibleConfig(k=4, gamma=GAMMA, omega=OMEGA, eps0=2.0, t=2, model_delta=0.01)
+TINY = PlausibleConfig(k=2, gamma=GAMMA, omega=OMEGA, eps0=1.0, t=1, model_delta=0.01)
+DEFAULTS = PlausibleConfig(gamma=GAMMA, omega=OMEGA)  # k = 50, eps0 = 1, t = 29 as the command's
 
 
-def release_law(seeds: np.ndarray, count: int, limit: int, k: int = K, eps0: float = EPS0) -> dict:
-    """The exact law of every observable output of the release (module docstring)."""
-    trial = mechanism_law(seeds, eps0, k=k)
-    records = {y: p for y, p in trial.items() if y is not None}
-    passing = sum(records.values())
-    waiting = sum(math.comb(j - 1, count - 1) * (1 - passing) ** (j - count) for j in range(count, limit + 1))
-    law: dict = {"FAILED": float(binom.cdf(count - 1, limit, passing))}
-    for ys in itertools.product(records, repeat=count):
-        law[ys] = math.prod(records[y] for y in ys) * waiting
+def run_law(seeds: np.ndarray, config: PlausibleConfig, rho: float) -> dict:
+    """One run: a record (tuple) or nothing (None)."""
+    law = mechanism_law(seeds, config.eps0, k=config.k) if len(seeds) else {None: 1.0}
+    out = {y: (1 - rho) * p for y, p in law.items() if y is not None}
+    out[None] = 1 - sum(out.values())
+    return out
+
+
+def release_law(seeds: np.ndarray, config: PlausibleConfig, rho: float, runs: int) -> dict:
+    """The exact law of what L runs write: the tuple of passing records, in run order."""
+    one = run_law(seeds, config, rho)
+    law: dict = {}
+    for outcome in itertools.product(list(one), repeat=runs):
+        written = tuple(y for y in outcome if y is not None)
+        law[written] = law.get(written, 0.0) + math.prod(one[o] for o in outcome)
     return law
 
 
-def records_only(law: dict) -> dict:
-    return {o: p for o, p in law.items() if o is not None}
-
-
 def divergence(first: dict, second: dict, epsilon: float) -> float:
-    """The DP delta at epsilon, both directions."""
-    return max(hockey_stick(first, second, epsilon), hockey_stick(second, first, epsilon))
+    """The DP delta at epsilon between two laws, both directions (the worst set of outputs)."""
+    keys = set(first) | set(second)
+
+    def one_way(p: dict, q: dict) -> float:
+        return sum(max(0.0, p.get(o, 0.0) - math.exp(epsilon) * q.get(o, 0.0)) for o in keys)
+
+    return max(one_way(first, second), one_way(second, first))
 
 
-def printed(config: PlausibleConfig, count: int, limit: int) -> list[tuple[str, float, float]]:
-    """The DP figures of the statement the command prints for this configuration."""
+def printed(config: PlausibleConfig, runs: int) -> list[tuple[str, float, float]]:
+    """The DP figures of the statement the command prints (the toy model has no DP budget, so
+    the figures for the runs given the model are printed)."""
     fitted = FittedModel(MODEL, Structure(MODEL.parents, MODEL.order, None, 0.0, 0), SEEDS, None)
-    arguments = len(inspect.signature(statement.report_lines).parameters)
-    lines = statement.report_lines(*(fitted, config, count, limit)[:arguments])
     out = []
-    for line in lines:
+    for line in statement.report_lines(fitted, config, runs):
         match = FIGURE.match(line)
         if match:
             out.append((match["what"], float(match["eps"]), float(match["delta"] or 0)))
@@ -90,104 +89,130 @@ def counterexample(n: int) -> tuple[np.ndarray, np.ndarray]:
     return base, np.vstack([base, [1, 1, 1]])
 
 
+def issue_pair(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n - 1 seeds sharing the kept value a and one other, against the same with an n-th a."""
+    base = np.vstack([np.zeros((n - 1, 3), dtype=np.int64), [[1, 0, 0]]])
+    return base, np.vstack([base, [0, 1, 1]])
+
+
+def empty_pair() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((0, 3), dtype=np.int64), np.array([[1, 1, 0]])
+
+
 def random_neighbours(rng: np.random.Generator, pairs: int):
     for _ in range(pairs):
-        seeds = np.array([DOMAIN[i] for i in rng.integers(len(DOMAIN), size=int(rng.integers(3, 9)))])
-        added = np.vstack([seeds, DOMAIN[int(rng.integers(len(DOMAIN)))]])
-        yield seeds, added
+        seeds = np.array([DOMAIN[i] for i in rng.integers(len(DOMAIN), size=int(rng.integers(1, 8)))])
+        yield seeds, np.vstack([seeds, DOMAIN[int(rng.integers(len(DOMAIN)))]])
 
 
-def check_statement(config: PlausibleConfig, pairs, count: int, limit: int) -> None:
-    figures = printed(config, count, limit)
-    assert figures, "the statement prints Theorem 1's figure"
+def check_statement(config: PlausibleConfig, pairs, runs: int) -> int:
+    """Every printed seeds figure against the exact law of what it covers; the number checked."""
+    figures = [f for f in printed(config, runs) if "seed record added or removed" in f[0]]
+    rho = statement.abstention(config)
+    checked = 0
     for what, epsilon, delta in figures:
-        if "model alone" in what:
-            continue  # the model's DP: test_printed_figures checks it against the accountant
+        covered = 1 if what.startswith("one run") else runs
+        assert what.startswith(("one run", f"the {runs} runs")), what
         for small, large in pairs:
-            if "for sets of records" in what:
-                first = records_only(mechanism_law(small, config.eps0, k=config.k))
-                second = records_only(mechanism_law(large, config.eps0, k=config.k))
-            else:  # a figure for the release: every observable output, FAILED included
-                first = release_law(small, count, limit, config.k, config.eps0)
-                second = release_law(large, count, limit, config.k, config.eps0)
-            assert divergence(first, second, epsilon) <= delta * (1 + 1e-9) + 1e-15, what
+            first = release_law(small, config, rho, covered)
+            second = release_law(large, config, rho, covered)
+            assert divergence(first, second, epsilon) <= delta, (what, len(small))
+            checked += 1
+    assert checked, "a figure for the runs, everything written, is printed"
+    return checked
 
 
-@pytest.mark.parametrize("count, limit", [(1, 1), (2, 2), (2, 5)])
-def test_every_printed_figure_holds_on_the_counterexample(count, limit):
-    config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0, t=T, model_delta=0.01)
-    check_statement(config, [counterexample(n) for n in (6, 10)], count, limit)
+@pytest.mark.parametrize("runs", [1, 2, 3])
+def test_every_printed_figure_holds_exactly_at_small_k(runs):
+    pairs = [counterexample(n) for n in (4, 6, 9)] + [issue_pair(4), issue_pair(6), empty_pair()]
+    pairs += list(random_neighbours(np.random.default_rng(42), 6))
+    assert check_statement(SMALL, pairs, runs) == (1 if runs == 1 else 2) * len(pairs)
+    check_statement(TINY, [counterexample(2), counterexample(5), empty_pair(), issue_pair(2)], runs)
 
 
-def test_every_printed_figure_holds_on_the_issues_counterexample_at_the_defaults():
-    """k = 50, eps0 = 1, t = 29 (the command's defaults), n = 60 identical seeds."""
-    config = PlausibleConfig(k=50, gamma=GAMMA, omega=OMEGA, eps0=1.0)
-    check_statement(config, [counterexample(60)], 1, 1)
+def test_every_printed_figure_holds_exactly_at_the_defaults():
+    """k = 50, eps0 = 1, t = 29: the counterexample at the worst size for "nothing" (n = 58), the
+    issue's 49 a + b against 50 a + b, and the empty seed set; two runs."""
+    pairs = [counterexample(58), counterexample(50), issue_pair(50), empty_pair()]
+    check_statement(DEFAULTS, pairs, 2)
 
 
-def test_every_printed_figure_holds_on_random_neighbours():
-    config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0, t=T, model_delta=0.01)
-    check_statement(config, list(random_neighbours(np.random.default_rng(31), 12)), 2, 3)
-
-
-def test_no_composed_figure_covers_the_failed_exit():
-    """Why nothing is composed (plaindata/plausible/statement.py, 3.): on the counterexample the
-    failed exit alone breaks Theorem 1 composed over the L runs (the statement printed before
-    issue 31) when as many records are asked for as runs allowed, and at the defaults by a factor
-    of millions; the law conditioned on passing (no failure) breaks any figure with delta 1/2."""
-    per_run = theorem1(K, GAMMA, EPS0, T)
-    small, large = counterexample(10)
-    for runs in (1, 2):
-        first, second = (release_law(seeds, runs, runs)["FAILED"] for seeds in (small, large))
-        assert divergence({"F": first}, {"F": second}, runs * per_run.epsilon) > runs * per_run.delta
-    # at the defaults, n = 60, --count 1 --max-candidates 1: 0.0163, 2e7 times Theorem 1's delta
-    default = theorem1(50, GAMMA, 1.0, 29)
-    small, large = counterexample(60)
-    passing = [1 - mechanism_law(seeds, 1.0, k=50)[None] for seeds in (small, large)]
-    assert passing[1] == pytest.approx(60 / 61, rel=1e-4)  # the odd record's candidates fail
-    failed = [{"F": 1 - p} for p in passing]
-    assert divergence(*failed, default.epsilon) > 2e7 * default.delta
-    # drawing until a record passes (no failure): one record a, neighbour {a, b}
-    a, b = DOMAIN[0], DOMAIN[7]
-    alone, pair = records_only(mechanism_law(np.array([a]))), records_only(mechanism_law(np.array([a, b])))
-    conditioned = [{y: p / sum(law.values()) for y, p in law.items()} for law in (alone, pair)]
-    assert hockey_stick(conditioned[1], conditioned[0], 100.0) == pytest.approx(0.5)
-
-
-def test_the_sampler_draws_the_counterexamples_failures():
-    """``generate_and_test`` (what the release runs) outputs nothing on D' at the exact rate."""
-    _, large = counterexample(10)
-    fitted = FittedModel(MODEL, structure=None, seeds=large, parameters_budget=None)  # type: ignore[arg-type]
-    config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0)
-    draws = 20_000
-    result = generate_and_test(fitted, draws, config, np.random.default_rng(5), SeededNoise(6))
-    exact = mechanism_law(large)[None]
-    assert abs((~result.passed).mean() - exact) < 5 * math.sqrt(exact * (1 - exact) / draws)
+def test_nothing_needs_the_abstention():
+    """Without abstention Theorem 1's figure, composed over the runs, fails on the counterexample
+    (the count written moves by about 1 / (n + 1) a run), and run_bound's delta_nothing is what the
+    exact law needs (tight within 2 % at the defaults); half the default abstention is not enough."""
+    bound = theorem1(50, GAMMA, 1.0, 29)
+    small, large = counterexample(58)
+    exact = divergence(
+        release_law(small, DEFAULTS, 0.0, 1), release_law(large, DEFAULTS, 0.0, 1), bound.epsilon
+    )
+    assert exact > 1e6 * bound.delta
+    assert exact <= nothing_delta(50, 1.0, bound.epsilon, 0.0) + bound.delta <= 1.02 * exact
+    two = repeated(PrivacyCost(bound.epsilon, bound.delta), 2, 0.01, "two runs")
+    law = [release_law(seeds, DEFAULTS, 0.0, 2) for seeds in (small, large)]
+    assert divergence(*law, two.epsilon) > two.delta
+    rho = least_abstention(50, 1.0, bound.epsilon)
+    assert statement.abstention(DEFAULTS) == rho == pytest.approx(0.0079)
+    half = [release_law(seeds, DEFAULTS, rho / 2, 1) for seeds in (small, large)]
+    assert divergence(*half, bound.epsilon) > 1e6 * bound.delta
+    small_k = theorem1(4, GAMMA, 2.0, 2)
+    pairs = [counterexample(n) for n in range(1, 12)]
+    worst = max(divergence(*(release_law(s, SMALL, 0.0, 1) for s in pair), small_k.epsilon) for pair in pairs)
+    assert worst <= nothing_delta(4, 2.0, small_k.epsilon, 0.0) + small_k.delta
 
 
 def test_the_release_samples_this_law():
-    """``synthesize`` (what the CLI runs) on the toy model: FAILED and the first record's law."""
+    """``release`` (what the command runs) on the toy model, two runs: what it writes, the
+    number written included (chi-square over the exact law's outcomes)."""
     fitted = FittedModel(MODEL, structure=None, seeds=SEEDS, parameters_budget=None)  # type: ignore[arg-type]
-    config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0)
-    law = release_law(SEEDS, 1, 3)
+    rho = 0.3  # large, so that abstention shows in the counts
+    law = release_law(SEEDS, SMALL, rho, 2)
     rng, noise = np.random.default_rng(3), SeededNoise(4)
-    observed = {o: 0 for o in law}
+    observed = dict.fromkeys(law, 0)
     draws = 1500
     for _ in range(draws):
-        run = synthesize(fitted, 1, config, rng, noise, max_candidates=3, batch=3)
-        key = (tuple(int(v) for v in run.records[0]),) if len(run.records) else "FAILED"
-        observed[key] += 1
-    keys = [o for o in law if law[o] > 0]
-    expected = np.array([law[o] for o in keys]) * draws
-    assert sum(observed[o] for o in law if law[o] == 0) == 0
-    assert stats.chisquare([observed[o] for o in keys], expected * draws / expected.sum()).pvalue > 1e-6
+        run = release(fitted, 2, SMALL, rho, rng, noise)
+        observed[tuple(tuple(int(v) for v in r) for r in run.records)] += 1
+    keys = [o for o in law if law[o] * draws >= 5]
+    rest = draws - sum(observed[o] for o in keys)
+    expected = [law[o] * draws for o in keys] + [draws * (1 - sum(law[o] for o in keys))]
+    assert stats.chisquare([observed[o] for o in keys] + [rest], expected).pvalue > 1e-6
+
+
+def test_monte_carlo_at_the_defaults():
+    """The command's defaults (k = 50, gamma = 4, eps0 = 1, t = 29, the default abstention) run by
+    ``release`` itself, on the toy model.
+
+    1. Plausible deniability: with 49 identical seeds every written record has 49 < k plausible
+       seeds; the share of runs that write one must not exceed the printed bound. One-sided
+       Clopper-Pearson lower bound at confidence 1 - 1e-6 (the true share equals the bound).
+    2. DP of one run on the counterexample at n = 58, the event "nothing written": the lower
+       confidence bound of P_D'(nothing) must not exceed e^eps times the upper bound of
+       P_D(nothing) plus delta, each bound at confidence 1 - 1e-6 (true ratio 3.08, e^eps 3.09).
+    """
+    rho = statement.abstention(DEFAULTS)
+    line = statement.deniability_line(DEFAULTS)
+    match = re.search(r"fewer than k = 50 plausible seeds with probability at most ([0-9.e+-]+)", line)
+    claimed = float(match[1]) if match else 0.0  # "Definition 1 for every record" claims 0
+    fitted = FittedModel(MODEL, structure=None, seeds=np.zeros((49, 3), np.int64), parameters_budget=None)  # type: ignore[arg-type]
+    runs = 20_000
+    written = len(release(fitted, runs, DEFAULTS, rho, np.random.default_rng(7), SeededNoise(8)).records)
+    lower = stats.binomtest(written, runs).proportion_ci(1 - 2e-6, "exact").low
+    assert lower <= claimed
+    ((_, epsilon, delta),) = [f for f in printed(DEFAULTS, 2) if f[0].startswith("one run")]
+    for abstain, holds in ((rho, True), (0.0, False)):  # without abstention the check fails
+        nothing = []
+        for seeds in counterexample(58):
+            fitted = FittedModel(MODEL, structure=None, seeds=seeds, parameters_budget=None)  # type: ignore[arg-type]
+            result = release(fitted, runs, DEFAULTS, abstain, np.random.default_rng(9), SeededNoise(10))
+            nothing.append(stats.binomtest(runs - len(result.records), runs).proportion_ci(1 - 2e-6, "exact"))
+        assert (nothing[1].low <= math.exp(epsilon) * nothing[0].high + delta) == holds
 
 
 def test_each_record_is_assigned_on_its_own():
-    """The model's parallel composition needs one record's presence to change its own subset
-    only: with the same random stream, the first n records of n + 1 land where they did for n (a
-    fixed-size split moved some: n = 12 gave 2/4/6, n = 13 gave 3/4/6), and the assignment has the
-    public law."""
+    """The whole release's parallel composition needs one record's presence to change its own
+    subset only: with the same random stream, the first n records of n + 1 land where they did for
+    n, and the assignment has the public law."""
     shares = (0.2, 0.3, 0.5)
     for n in (12, 13, 200):
         small = assign_subsets(n, shares, np.random.default_rng(n))
@@ -202,9 +227,8 @@ def test_each_record_is_assigned_on_its_own():
     assert [len(p) for p in assign_subsets(0, shares, np.random.default_rng(0))] == [0, 0, 0]
 
 
-def test_an_empty_seed_set_fails_the_run_without_error():
-    """A subset can be empty (any n): no seeds means every run outputs nothing."""
+def test_an_empty_seed_set_writes_nothing_without_error():
+    """A subset can be empty (any n): no seeds means every run writes nothing."""
     fitted = FittedModel(MODEL, structure=None, seeds=SEEDS[:0], parameters_budget=None)  # type: ignore[arg-type]
-    config = PlausibleConfig(k=K, gamma=GAMMA, omega=OMEGA, eps0=EPS0)
-    run = synthesize(fitted, 2, config, np.random.default_rng(0), SeededNoise(0))
-    assert len(run.records) == 0 and run.candidates == candidate_limit(2) == 8
+    run = release(fitted, 8, SMALL, 0.0, np.random.default_rng(0), SeededNoise(0))
+    assert len(run.records) == 0 and run.runs == run.candidates == 8 and run.passed == 0
