@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from petlab.experiments.link_model import crossover_rtt
-from petlab.experiments.link_relay import MBIT
+from petlab.experiments.link_relay import MBIT, PROFILES, LinkProfile
 
 COLOURS = {"thermo": "C0", "fast": "C1", "paper": "C2", "paillier": "C3"}
 LABELS = {
@@ -208,20 +208,54 @@ BREAKDOWN = (
 )
 
 
+def moved(r, profile: LinkProfile) -> dict[str, float]:
+    """A measured first run's parts moved to another link: each part less its link terms at the
+    measured profile, plus those at ``profile`` (setup: its calls and the handshake; upload: the
+    wire bytes up that are not the query's, one round; query: its calls)."""
+    upload_bytes = r.wire_up - r.query_up
+    setup_rounds = r.rounds - r.query_rounds - 1
+
+    def terms(rtt_s, up_mbit, down_mbit) -> dict[str, float]:
+        return {
+            "keygen_s": 0.0,
+            "setup_s": setup_rounds * rtt_s,
+            "upload_s": _link_terms(1, rtt_s, upload_bytes, 0, up_mbit, down_mbit),
+            "query_s": _link_terms(r.query_rounds, rtt_s, r.query_up, r.query_down, up_mbit, down_mbit),
+        }
+
+    there = terms(r.rtt_ms / 1000, r.up_mbit, r.down_mbit)
+    here = terms(profile.rtt_s, profile.up_mbit, profile.down_mbit)
+    return {part: float(r[part]) - there[part] + here[part] for part, _ in BREAKDOWN}
+
+
 def first_query_figure(frame: pd.DataFrame, out: Path, machine: str) -> Path | None:
+    """Stacked bars of the measured first queries; a profile whose first query was not measured
+    (``--quick``) gets the measured run moved to its link (:func:`moved`), hatched and marked."""
     first = frame[(frame.phase == "first") & (frame.key_bytes > 0)]
     if not len(first):
         return None
-    first = first.groupby(["family", "profile"], sort=False)[[c for c, _ in BREAKDOWN]].median()
-    figure, axis = plt.subplots(figsize=(max(5.0, 0.75 * len(first) + 2.5), 4.0))
-    labels = [f"{family}\n{profile}" for family, profile in first.index]
-    bottom = np.zeros(len(first))
-    for column, label in BREAKDOWN:
-        values = first[column].to_numpy(dtype=float)
-        axis.bar(labels, values, bottom=bottom, label=label)
+    bars: list[tuple[str, dict[str, float], bool]] = []
+    for family, rows in first.groupby("family", sort=False):
+        for profile, part in rows.groupby("profile", sort=False):
+            bars.append((f"{family}\n{profile}", part[[c for c, _ in BREAKDOWN]].median().to_dict(), False))
+        shaped = rows[rows.model_run_s.notna()]
+        if len(shaped):
+            source = _typical(shaped)
+            for profile in PROFILES:
+                if profile.name not in set(rows.profile):
+                    bars.append((f"{family}\n{profile.name}\n(model)", moved(source, profile), True))
+    figure, axis = plt.subplots(figsize=(max(5.0, 0.8 * len(bars) + 2.5), 4.2))
+    bottom = np.zeros(len(bars))
+    for index, (column, label) in enumerate(BREAKDOWN):
+        values = np.array([parts[column] for _, parts, _ in bars])
+        colours = [f"C{index}"] * len(bars)
+        hatches = ["//" if modelled else "" for _, _, modelled in bars]
+        drawn = axis.bar([name for name, _, _ in bars], values, bottom=bottom, color=colours, label=label)
+        for patch, hatch in zip(drawn, hatches, strict=True):
+            patch.set_hatch(hatch)
         bottom += values
     axis.set_ylabel("seconds")
-    axis.set_title("The first query: where the device's wait goes", fontsize=9)
+    axis.set_title("The first query: where the device's wait goes (hatched: the model)", fontsize=9)
     axis.tick_params(axis="x", labelsize=7)
     axis.legend(fontsize=7)
     return _save(figure, out / "links_first_query.png", machine)

@@ -23,7 +23,7 @@ PROFILE = LinkProfile("test", up_mbit=8, down_mbit=16, rtt_ms=30)
 
 
 def test_the_relay_gives_a_profile_its_throughput_and_round_trip():
-    check = check_link(PROFILE, seconds=0.15, pings=5)
+    check = check_link(PROFILE, seconds=0.1, pings=5, transfers=3)
     # the delay is a floor by construction; a loaded machine can only add to it (the shortest of
     # the pings is the link's round trip)
     assert PROFILE.rtt_ms - 0.05 <= check.rtt_ms <= PROFILE.rtt_ms + 5
@@ -125,3 +125,19 @@ def test_figures_without_a_measured_point_are_not_drawn(tmp_path):
     # the summary keeps the named profiles and loopback (the RTT sweep's links are in the figures)
     summary = summarise(pd.concat([frame, later]))
     assert list(summary.profile) == ["loopback"] and math.isnan(summary.run_gap.iloc[0])
+
+
+def test_a_first_query_moved_to_another_link_changes_only_by_its_link_terms():
+    measured = pd.Series(row("thermo", PROFILE, "first", _run(FIRST), COMPUTE))
+    same = link_figures.moved(measured, PROFILE)
+    assert same == pytest.approx({"keygen_s": 0.7, "setup_s": 0.3, "upload_s": 9.0, "query_s": 2.0})
+    slow = LinkProfile("slow", up_mbit=4, down_mbit=8, rtt_ms=130)
+    there = link_figures.moved(measured, slow)
+    upload_bytes = 40_010_000 - 1700  # the wire bytes up that are not the query's
+    assert there["keygen_s"] == 0.7
+    assert there["setup_s"] - same["setup_s"] == pytest.approx((2 + HANDSHAKE_ROUNDS) * 0.1)
+    assert there["upload_s"] - same["upload_s"] == pytest.approx(
+        0.1 + upload_bytes / (4 * MBIT) - upload_bytes / (8 * MBIT)
+    )
+    query = 0.1 + 1700 / (4 * MBIT) - 1700 / (8 * MBIT) + 12_500 / (8 * MBIT) - 12_500 / (16 * MBIT)
+    assert there["query_s"] - same["query_s"] == pytest.approx(query)
