@@ -397,8 +397,8 @@ def run_links(
 
 
 def write_outputs(out: Path, machine: str) -> tuple[dict[str, pd.DataFrame], list[Path], list[str]]:
-    """From ``links.csv`` and ``links_check.csv`` in ``out``: ``links_summary.csv``, the figures and
-    ``links.md`` (``--replot`` runs only this)."""
+    """From ``links.csv`` and ``links_check.csv`` in ``out``: ``links_summary.csv``, the figures,
+    ``links.md`` and ``links_note.md`` (the note alone; ``--replot`` runs only this)."""
     frame = pd.read_csv(out / "links.csv")
     checks = pd.read_csv(out / "links_check.csv")
     summary = summarise(frame)
@@ -409,6 +409,7 @@ def write_outputs(out: Path, machine: str) -> tuple[dict[str, pd.DataFrame], lis
     body = [f"# Latency over emulated links ({mode})", "", f"Machine and software: {machine}", "", *notes, ""]
     body += [f"![{p.stem}]({p.name})" for p in figures]
     (out / "links.md").write_text("\n".join(body) + "\n")
+    (out / "links_note.md").write_text("\n".join(notes) + "\n")  # the benchmarks page includes it
     return {"links": frame, "links_summary": summary, "links_check": checks}, figures, notes
 
 
