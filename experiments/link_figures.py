@@ -170,27 +170,20 @@ def crossover_figure(frame: pd.DataFrame, out: Path, machine: str) -> Path | Non
     later = later[later.phase == "later"]
     found = [rtt for _, rtt in points if rtt]
     top = max([2.0, *(2 * rtt for rtt in found)])
-    rtt = np.logspace(-3, np.log10(top), 80)
+    rtt = np.logspace(-4, np.log10(top), 80)
+    beyond = dict(points)
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
     for family, rows in later.groupby("family", sort=False):
         r = _typical(rows)
         line = query_fixed(r) + _link_terms(
             r.query_rounds, rtt, r.query_up, r.query_down, LINE_UP_MBIT, LINE_DOWN_MBIT
         )
-        axis.plot(
-            rtt * 1000,
-            line,
-            "-",
-            color=COLOURS[family],
-            label=f"{LABELS[family]}: {int(r.query_rounds)} round(s)",
-        )
+        label = f"{LABELS[family]}: {int(r.query_rounds)} round(s)"
+        if beyond.get(family):
+            label += f", first beyond {beyond[family] * 1000:,.0f} ms"
+            axis.axvline(beyond[family] * 1000, color=COLOURS[family], ls=":", lw=1)
+        axis.plot(rtt * 1000, line, "-", color=COLOURS[family], label=label)
         axis.plot(rows.rtt_ms, rows.query_s, "o", color=COLOURS[family], ms=4)
-    for family, at in points:
-        if at:
-            axis.axvline(at * 1000, color=COLOURS[family], ls=":", lw=1)
-            text = f"{LABELS[family]} answers first\nbeyond {at * 1000:,.0f} ms"
-            axis.annotate(text, (at * 1000, 0.02), xycoords=("data", "axes fraction"), fontsize=6,
-                          rotation=90, ha="right", va="bottom")  # fmt: skip
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("round-trip time, ms (20/100 Mbit/s)")
@@ -255,7 +248,8 @@ def first_query_figure(frame: pd.DataFrame, out: Path, machine: str) -> Path | N
             patch.set_hatch(hatch)
         bottom += values
     axis.set_ylabel("seconds")
-    axis.set_title("The first query: where the device's wait goes (hatched: the model)", fontsize=9)
+    hatched = " (hatched: the model)" if any(modelled for _, _, modelled in bars) else ""
+    axis.set_title(f"The first query: where the device's wait goes{hatched}", fontsize=9)
     axis.tick_params(axis="x", labelsize=7)
     axis.legend(fontsize=7)
     return _save(figure, out / "links_first_query.png", machine)
