@@ -20,8 +20,9 @@ server, a direct connection) in the same experiment (``experiments.link_model``)
 
 ``--quick`` (in ``petlab-experiments all --quick``): Iris at n = 10, the thermo family and the
 Paillier baseline; the first query with its key upload only on the data-centre link (on the slower
-links the upload alone takes a minute; the model gives it), later queries on every profile.
-``--full``: Iris at n = 40 (the paper family at n = 10: its 66 MB keys and 7 s queries), every
+links the upload alone takes a minute; the first-query figure moves the measured run to them by
+the model, hatched), later queries on the home and mobile links.
+``--full``: Iris at n = 40 (the paper family at n = 10: its 120 MB keys and slow queries), every
 family, the first query on every profile, two later queries each, and later queries of the
 thermo family and the baseline at more round-trip times (home broadband's bandwidth).
 """
