@@ -532,15 +532,20 @@ def note(frame: pd.DataFrame, summary: pd.DataFrame, checks: pd.DataFrame) -> li
         "",
     ]
     if worst is not None:
+        if len(linked):
+            link_part = (
+                f"The margin holds where the link is what the model is about: {_gap_range(linked)} of"
+                " the runs whose model is mostly link (rounds x RTT + bytes / bandwidth at least half of"
+                " it: the first queries over slow links, the long round trips)."
+            )
+        else:
+            link_part = "No run here is mostly link (rounds x RTT + bytes / bandwidth under half its model)."
         lines += [
             f"Measured against model, whole runs over a shaped link: {int((gaps <= MARGIN).sum())} of"
-            f" {len(shaped)} within {MARGIN:.0%}. The margin holds where the link is what the model is"
-            f" about: {_gap_range(linked)} of the runs whose model is mostly link (rounds x RTT + bytes"
-            " / bandwidth at least half of it: the first queries over slow links, the long round"
-            f" trips). Where compute dominates, {_gap_range(computed)}: the compute term is each call's"
-            " seconds in other runs (loopback) on a shared 2-core machine, and the same query's"
-            f" evaluation itself varied that much between runs ({_spread(frame)}), so those gaps are"
-            " the machine's load, not the link's.",
+            f" {len(shaped)} within {MARGIN:.0%}. {link_part} Where compute dominates,"
+            f" {_gap_range(computed)}: the compute term is each call's seconds in other runs (loopback)"
+            " on a shared 2-core machine, and the same query's evaluation itself varied that much"
+            f" between runs ({_spread(frame)}), so those gaps are the machine's load, not the link's.",
         ]
     if repeated:
         lines += ["", f"{repeated} client run(s) lost their connection once and were run again."]
