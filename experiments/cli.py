@@ -84,6 +84,11 @@ EXPERIMENTS = (
         "petlab.experiments.controller_caution",
     ),
     Subcommand(
+        "links",
+        "a device's wait over emulated links (mobile, home, data centre): first and later queries, model",
+        "petlab.experiments.links",
+    ),
+    Subcommand(
         "all",
         "every experiment: k-NN over gRPC, sweeps, synthesis utility; CSV, Markdown, PNG",
         "petlab.experiments.run_all",

@@ -147,7 +147,12 @@ EVALUATION_NOTICE = (
 
 
 def write_report(
-    results: dict[str, pd.DataFrame], figures: list[Path], out: Path, machine: str, mode: str
+    results: dict[str, pd.DataFrame],
+    figures: list[Path],
+    out: Path,
+    machine: str,
+    mode: str,
+    link_notes: list[str] | None = None,
 ) -> Path:
     lines = [
         f"# petlab experiments ({mode})",
@@ -252,6 +257,16 @@ def write_report(
             " mix. `pass_rate` is *derived from the real data* (not covered by the release's accounting).",
             "",
             _markdown(shown),
+            "",
+        ]
+    if link_notes:
+        lines += [
+            "## A device's wait over emulated links",
+            "",
+            "`petlab-experiments links`: a real server and `petlab-client` through links with a"
+            " bandwidth each way and a round-trip time; the figures `links_*` below.",
+            "",
+            *link_notes,
             "",
         ]
     lines += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]

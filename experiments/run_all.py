@@ -7,7 +7,9 @@ reference, which the encrypted class equals) beside float k-NN, sweeps at n <= 8
 workers, the shipped 5,000-record ACS sample (plausible deniability with k = 10: the sample has
 2,000 seeds). ``--full``: every family at n = 40 with 10 queries, the accuracy over 5 splits,
 sweeps n = 10..60, d = 1..4, k = 1..7, 200,000 commute workers, and the 100,000-record ACS set with
-k = 50 when ``$PETLAB_ACS_DATA`` or ``../shared/data/acs13.csv`` is present.
+k = 50 when ``$PETLAB_ACS_DATA`` or ``../shared/data/acs13.csv`` is present. Both end with
+``petlab-experiments links`` of the same size (``experiments.links``: a device's wait over emulated
+links).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tqdm import tqdm
 
 from petlab.crypto.knn.families import ALGORITHMS
 from petlab.crypto.knn.model import KnnSettings
-from petlab.experiments import knn_accuracy, knn_experiments, report, synthesis_experiments
+from petlab.experiments import knn_accuracy, knn_experiments, links, report, synthesis_experiments
 from petlab.experiments.machine import describe
 from petlab.experiments.plausible_bench import default_data
 from petlab.plaindata import acs_sample_path
@@ -51,6 +53,7 @@ class ExperimentConfig:
     plausible_k: int = 10  # the sample's 2,000 seeds; the paper's k = 50 is for 1.3M
     distinguishing_per_class: int = 1000
     seed: int = 1
+    links: links.LinksConfig | None = links.QUICK  # a device's wait over emulated links (None: skipped)
 
 
 QUICK = ExperimentConfig()
@@ -67,6 +70,7 @@ FULL = ExperimentConfig(
     workers=200_000,
     acs=default_data(),
     distinguishing_per_class=5000,
+    links=links.FULL,
 )
 
 
@@ -128,6 +132,10 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         results["plausible"] = synthesis_experiments.plausible_experiments(
             frame, config.omegas, config.seed, config.distinguishing_per_class, config.plausible_k, progress
         )
+    link_figures: list[Path] = []
+    link_notes: list[str] = []
+    if config.links is not None:
+        _, link_figures, link_notes = links.run_links(config.links, out, cache, machine)
     for name, frame in results.items():
         frame.to_csv(out / f"{name}.csv", index=False)
     figures = report.knn_figures(results["knn"], results["knn_sweeps"], out, machine)
@@ -139,7 +147,8 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         out,
         machine,
     )
-    path = report.write_report(results, figures, out, machine, mode)
+    figures += link_figures
+    path = report.write_report(results, figures, out, machine, mode, link_notes)
     print(f"wrote {len(results)} CSV tables, {len(figures)} figures and {path}")
     return path
 

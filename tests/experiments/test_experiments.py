@@ -36,6 +36,7 @@ TINY = replace(
     adaptive_depth=3,
     omegas=(11,),
     distinguishing_per_class=300,
+    links=None,  # petlab-experiments links has its own tests (tests/experiments/test_links.py)
 )
 
 
