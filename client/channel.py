@@ -31,8 +31,8 @@ from pathlib import Path
 
 import grpc
 
-from petlab.addresses import is_loopback_address
-from petlab.errors import BadInput
+from petlab.addresses import is_loopback_address, with_default_port
+from petlab.errors import BadInput, Unavailable
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")
@@ -61,6 +61,7 @@ def make_channel(
         raise InsecureCredentials("--tls-cert and --tls-key go together (a client certificate needs its key)")
     if token is not None and not TOKEN_PATTERN.fullmatch(token):
         raise MalformedToken("a token is printable ASCII without spaces (at most 512 characters)")
+    address = with_default_port(address)
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
@@ -93,6 +94,25 @@ def make_channel(
             return grpc.secure_channel(address, credentials, options)
     channel = grpc.insecure_channel(address, options)
     return grpc.intercept_channel(channel, _ReadableToken(token)) if token else channel
+
+
+def unavailable(error: BaseException, address: str) -> Unavailable | None:
+    """For a call that failed with UNAVAILABLE: an error naming the address tried and what to do
+    (start ``petlab-server serve``, or point ``--server`` at a running one), gRPC's reason kept
+    at the end; None for any other error."""
+    code = getattr(error, "code", None)
+    if not isinstance(error, grpc.RpcError) or code is None or code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    details = str(error.details() or "")  # type: ignore[attr-defined]
+    address = with_default_port(address)
+    if "failed to connect" in details or "Connection refused" in details or "DNS resolution" in details:
+        told = (
+            f"no server answered at {address}: start one with `petlab-server serve`, or give a "
+            "running one's address with --server HOST:PORT"
+        )
+    else:
+        told = f"the server at {address} is unavailable; try again, or check it is running"
+    return Unavailable(f"UNAVAILABLE: {told} (gRPC: {details})")
 
 
 class _CallDetails(

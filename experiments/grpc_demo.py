@@ -50,8 +50,10 @@ def wait_until_serving(process: subprocess.Popen, port_file: Path, timeout: floa
     raise TimeoutError("petlab-server did not become SERVING in time")
 
 
-def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> dict:
-    command = [
+def client_command(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> list[str]:
+    """The ``petlab-client`` command line the demo runs for ``protocol`` (classify or
+    paillier-classify): the same flags for both."""
+    return [
         str(BIN / "petlab-client"),
         protocol,
         "--server",
@@ -65,6 +67,10 @@ def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache
         "--cache-dir",
         str(cache),
     ]
+
+
+def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> dict:
+    command = client_command(protocol, port, rows_csv, stats_file, cache)
     print("$", " ".join(command[:7]), "...", flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return json.loads(stats_file.read_text())

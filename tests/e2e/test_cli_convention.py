@@ -87,15 +87,6 @@ def test_help_is_plain_sentences_with_defaults(every_command):
     classify = build_parser()._subparsers._group_actions[0].choices["classify"].format_help()  # type: ignore[union-attr]
     classify = " ".join(classify.split())
     assert "(default: 127.0.0.1:50051)" in classify and "--allow-outside-bounds" in classify
-    assert (
-        "--cache-dir"
-        not in build_parser()
-        ._subparsers._group_actions[0]
-        .choices[  # type: ignore[union-attr]
-            "paillier-classify"
-        ]
-        .format_help()
-    )
 
 
 def test_serve_flags_are_grouped_and_name_their_variable(every_command):
