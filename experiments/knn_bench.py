@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 from dataclasses import replace
 from importlib.metadata import version
@@ -48,6 +47,7 @@ from petlab.crypto.knn.families import (
 )
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.thermo import cost
+from petlab.errors import BadInput
 from petlab.experiments import markdown
 from petlab.experiments.knn_accuracy import settings_accuracy
 from petlab.experiments.machine import cpu_model
@@ -413,9 +413,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if OWNER_N in args.n and not (args.owner_settings and args.algorithm == ["thermo"]):
-        message = "--n owner needs --owner-settings and --algorithm thermo"
-        print(f"petlab-experiments knn-bench: {message}", file=sys.stderr)
-        return 2
+        raise BadInput("--n owner needs --owner-settings and --algorithm thermo")
     custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
     config = (
         CircuitConfig(

@@ -70,13 +70,15 @@ def file_problem(error: OSError) -> str:
 
 
 class MissingFile(BadInput, FileNotFoundError):
-    """A file the user named is not there (exit status 2): ``PATH: No such file or directory``."""
+    """A file the user named is not there (exit status 2): ``PATH: No such file or directory``,
+    then the way out when one is given (``hint``)."""
 
-    def __init__(self, path: object) -> None:
+    def __init__(self, path: object, hint: str = "") -> None:
         FileNotFoundError.__init__(self, 2, "No such file or directory", str(path))
+        self.hint = hint
 
     def __str__(self) -> str:
-        return file_problem(self)
+        return file_problem(self) + (f"; {self.hint}" if self.hint else "")
 
 
 @contextmanager

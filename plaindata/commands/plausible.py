@@ -31,8 +31,8 @@ from petlab.plaindata.plausible.tabular_schema import acs_discretization, acs_do
 from petlab.plaindata.secure_random import release_generator
 
 FAILED = (
-    "petlab-synth: the run failed (fewer than --count records passed the privacy test within "
-    "--max-candidates runs): nothing was released"
+    "petlab-synth: error: the run failed (fewer than --count records passed the privacy test within "
+    "--max-candidates runs): nothing was released; raise --max-candidates or lower --count"
 )
 
 
