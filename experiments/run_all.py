@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from petlab.crypto.knn.families import ALGORITHMS
 from petlab.crypto.knn.model import KnnSettings
@@ -26,6 +25,7 @@ from petlab.experiments import knn_accuracy, knn_experiments, report, synthesis_
 from petlab.experiments.machine import describe
 from petlab.experiments.plausible_bench import default_data
 from petlab.plaindata import acs_sample_path
+from petlab.progress import bar
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         + 2
     )
     results: dict[str, pd.DataFrame] = {}
-    with tqdm(total=steps, desc="experiments", unit="step") as progress:
+    with bar(total=steps, desc="experiments", unit="step") as progress:
         settings = KnnSettings(n=config.n, k=config.k)
         rows = []
         for name in config.datasets:

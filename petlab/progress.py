@@ -10,6 +10,7 @@ line that does not break a bar on screen.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -28,9 +29,23 @@ class StageLines:
     """The part of ``tqdm``'s interface petlab uses, for output that is not a terminal: one line
     per stage named with :meth:`set_postfix_str` (``desc: stage (done/total)``), nothing else."""
 
-    def __init__(self, total: int | float | None = None, desc: str = "", disable: bool = False, **_: Any):
-        self.total, self.desc, self.disable, self.n = total, desc, disable, 0
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        total: int | float | None = None,
+        desc: str = "",
+        disable: bool = False,
+        **_: Any,
+    ):
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        self.iterable, self.total, self.desc, self.disable, self.n = iterable, total, desc, disable, 0
         self._stage = ""
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.iterable or ():
+            yield item
+            self.n += 1
 
     def update(self, n: int | float = 1) -> None:
         self.n += n
@@ -55,11 +70,12 @@ class StageLines:
         self.close()
 
 
-def bar(*, disable: bool = False, **options: Any) -> tqdm | StageLines:
-    """A ``tqdm`` bar (``options`` as ``tqdm``'s) on a terminal; :class:`StageLines` elsewhere."""
+def bar(iterable: Iterable[Any] | None = None, *, disable: bool = False, **options: Any) -> Any:
+    """A ``tqdm`` bar (``iterable`` and ``options`` as ``tqdm``'s) on a terminal;
+    :class:`StageLines` elsewhere."""
     if is_terminal():
-        return tqdm(disable=disable, **options)
-    return StageLines(disable=disable, **options)
+        return tqdm(iterable, disable=disable, **options)
+    return StageLines(iterable, disable=disable, **options)
 
 
 def say(message: str) -> None:

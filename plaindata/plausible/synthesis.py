@@ -40,7 +40,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from petlab.plaindata.dp.composition import parallel, per_query_epsilon, repeated
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
@@ -54,6 +53,7 @@ from petlab.plaindata.plausible.bayes_model import (
 from petlab.plaindata.plausible.bayes_structure import Structure, learn_structure
 from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
+from petlab.progress import bar
 
 CANDIDATES_PER_RECORD = 4  # default runs of Mechanism 1 per requested record
 
@@ -297,7 +297,7 @@ def synthesize(
     limit = candidate_limit(count, max_candidates)
     released: list[np.ndarray] = []
     have = tried = passed = 0
-    with tqdm(total=count, desc="released", unit="rec", disable=not show_progress) as progress:
+    with bar(total=count, desc="released", unit="rec", disable=not show_progress) as progress:
         while have < count and tried < limit:
             size = min(batch, limit - tried)
             result = generate_and_test(fitted, size, config, rng, noise)
