@@ -140,7 +140,13 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         machine,
     )
     path = report.write_report(results, figures, out, machine, mode)
-    print(f"wrote {len(results)} CSV tables, {len(figures)} figures and {path}")
+    print(f"wrote {len(results)} CSV tables and {len(figures)} figures to {out}/")
+    print()
+    print("What to look at first:")
+    for what, value in report.headlines(results):
+        print(f"  {what}: {value}")
+    print()
+    print(f"The report, which opens with these and the plots: {path}")
     return path
 
 

@@ -43,7 +43,7 @@ class StageLines:
         self._stage = ""
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.iterable or ():
+        for item in () if self.iterable is None else self.iterable:
             yield item
             self.n += 1
 

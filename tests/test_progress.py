@@ -3,6 +3,7 @@ per stage, and never a carriage return (a redrawn bar leaves its every frame beh
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from tqdm import tqdm
 
@@ -18,6 +19,7 @@ def test_without_a_terminal_stages_are_plain_lines(capsys):
         shown.set_postfix_str("OnTheMap")
         shown.update()
     assert list(progress.bar(range(3), desc="data sets")) == [0, 1, 2]
+    assert [int(v) for v in progress.bar(np.arange(3), desc="queries")] == [0, 1, 2]  # an array too
     progress.say("the server is busy; asking again in 5 s")
     with progress.bar(total=2, desc="quiet", disable=True) as quiet:
         quiet.set_postfix_str("never shown")

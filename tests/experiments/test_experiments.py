@@ -17,6 +17,7 @@ from petlab.experiments import run_all as run_all_module
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
 from petlab.plaindata.onthemap.privacy import accept_reject_epsilon
+from petlab.progress import StageLines
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
 
 TINY = replace(
@@ -40,18 +41,21 @@ TINY = replace(
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch):
+def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch, capsys):
     bars = []
 
-    class CountedBar(run_all_module.tqdm):
+    class CountedBar(StageLines):
         def close(self):
             bars.append((self.n, self.total))
-            super().close()
 
-    monkeypatch.setattr(run_all_module, "tqdm", CountedBar)
+    monkeypatch.setattr(run_all_module, "bar", CountedBar)
     out = tmp_path / "results"
     report = run_all(TINY, out, tmp_path / "cache", "tiny")
     assert bars and all(done == total for done, total in bars)  # the bar ends at its total, not past it
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith(f"The report, which opens with these and the plots: {report}")
+    for what in ("encrypted k-NN, median latency per query", "OnTheMap synthetic commutes, eps 4.6"):
+        assert f"  {what}: " in printed
     for name in (
         "knn",
         "knn_accuracy",
