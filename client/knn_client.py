@@ -3,9 +3,11 @@
 Client specs are checked against concrete's 128-bit parameters (``client.parameter_check``) before any
 key is made. Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
 ``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
-atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
-answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
-once, and the call retried. ``stats`` holds every successful call's latency and bytes
+atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. Unreadable keys
+are made anew, and a ``key_id`` that is not a key id (32 lowercase hex digits) is dropped, each
+with a message naming the file: the keys are then uploaded again. When the server answers that the
+key id is unknown (expired, evicted, server reset) the keys are uploaded again, once, and the call
+retried. ``stats`` holds every successful call's latency and bytes
 (``client.call_stats``).
 """
 

@@ -36,7 +36,7 @@ class ExperimentConfig:
     k: int = 3
     queries: int = 2
     accuracy_splits: int = 1  # clear references of the owner's settings on whole held-out splits
-    sweep_n: tuple[int, ...] = (4, 8)
+    sweep_n: tuple[int, ...] = (4, 6, 8)  # three points: a curve, each point real keys and queries
     sweep_d: tuple[int, ...] = ()
     sweep_k: tuple[int, ...] = ()
     sweep_base_n: int = 6
