@@ -103,7 +103,7 @@ def unavailable(error: BaseException, address: str) -> Unavailable | None:
     code = getattr(error, "code", None)
     if not isinstance(error, grpc.RpcError) or code is None or code() != grpc.StatusCode.UNAVAILABLE:
         return None
-    details = str(error.details() or "")  # type: ignore[attr-defined]
+    details = str(error.details() or "")
     address = with_default_port(address)
     if "failed to connect" in details or "Connection refused" in details or "DNS resolution" in details:
         told = (

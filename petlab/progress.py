@@ -39,7 +39,8 @@ class StageLines:
     ):
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
-        self.iterable, self.total, self.desc, self.disable, self.n = iterable, total, desc, disable, 0
+        self.iterable, self.total, self.desc, self.disable = iterable, total, desc, disable
+        self.n: int | float = 0
         self._stage = ""
 
     def __iter__(self) -> Iterator[Any]:
