@@ -1,13 +1,12 @@
 """A device user's mistakes end in one line that names the bad value or file and the way out, and
 what can be checked without the server is checked before any call: ``--features`` values, the
 ``--csv`` file, the address (a host alone is the default port), no server listening; a damaged
-cache is rebuilt. The demo's client command lines parse for both protocols."""
+cache is rebuilt."""
 
 from __future__ import annotations
 
 import socket
 import stat
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from petlab.addresses import with_default_port
 from petlab.client import channel as client_channel
 from petlab.client import main as client_main
 from petlab.client.knn_client import cached_key_id
-from petlab.experiments.grpc_demo import client_command
 
 
 def _subcommand_help(name: str) -> str:
@@ -114,24 +112,44 @@ def test_a_damaged_key_id_is_dropped_and_named(tmp_path):
         )
 
 
-@pytest.mark.slow
+# two 1024-bit primes (a test vector, made once by phe): a 2048-bit key pair without the seconds
+# that finding primes takes
+P = int(
+    "bf9d2b4b3ff2729c7366ac3cd096cb29bfeb993e1d99876b2d60f04f0126c5950005f7cc8fe292233521f89dd23c5977"
+    "2e556c38dc85169fcc968cd0136444833e0c3c6efd86c6f72d9959ddd466ce92116cd4b3729ed35ee8e6c25ecb3037d2"
+    "c6e6016664e2d23f99b0c5fcfc3a8875d01f53e5bff5cb6ba024e4a50292c555",
+    16,
+)
+Q = int(
+    "e90da5376e6c46a38c3b8fe2d23fc8d3036adc00017555f58e537fcbf58ce11d3c475855eb67c13608439a6840b971b0"
+    "d6af22c3a7ca90eab0f5f36e943d6060792dd23acd322610b14b0b890349f6e00740b0e3a54878dca59ec96e11b61138"
+    "c7013ab28e047fbdbca0ec1f50303e5d134d57430855ca93552d18bd4acc2da9",
+    16,
+)
+
+
 def test_the_paillier_key_pair_is_cached_and_a_damaged_one_remade(tmp_path, monkeypatch):
-    """One 2048-bit key pair made (about a second); the damaged file's replacement is that pair
-    again (key generation replaced), so the test checks the file handling, not phe."""
+    from phe import paillier
+
     from petlab.client import paillier_client
 
+    public = paillier.PaillierPublicKey(P * Q)
+    private = paillier.PaillierPrivateKey(public, P, Q)
+    made = []
+    monkeypatch.setattr(paillier_client, "generate_keypair", lambda: made.append(1) or (public, private))
     said: list[str] = []
-    (public, private), seconds = paillier_client.cached_keypair(tmp_path, said.append)
+    assert paillier_client.cached_keypair(tmp_path, said.append)[0] == (public, private)
     path = tmp_path / paillier_client.KEYPAIR_FILE
-    assert seconds > 0 and stat.S_IMODE(path.stat().st_mode) == 0o600 and not said
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and made == [1] and not said
     (public_again, private_again), seconds = paillier_client.cached_keypair(tmp_path, said.append)
-    assert seconds == 0.0 and public_again == public and private_again == private
-    monkeypatch.setattr(paillier_client, "generate_keypair", lambda: (public, private))
-    for damaged in ('{"p": 3, "q": 5}', "not json", '{"p": 4}'):
+    assert seconds == 0.0 and made == [1] and not said  # read, not made
+    assert (public_again.n, private_again.p, private_again.q) == (P * Q, min(P, Q), max(P, Q))
+    for damaged in ('{"p": 3, "q": 5}', "not json", '{"p": 4}', f'{{"p": {P}, "q": {P}}}'):
         path.write_text(damaged)
         path.chmod(0o600)
         assert paillier_client.cached_keypair(tmp_path, said.append)[0] == (public, private)
         assert said.pop() == f"the cached Paillier key pair in {path} is unreadable; making a new one"
+    assert len(made) == 5
 
 
 def test_classify_and_its_baseline_take_the_same_flags():
@@ -142,12 +160,3 @@ def test_classify_and_its_baseline_take_the_same_flags():
     assert flags("classify") == flags("paillier-classify")
     assert "HE-kNN-V" not in _subcommand_help("classify")
     assert "HE-kNN-V" not in client_main.build_parser().format_help()
-
-
-@pytest.mark.parametrize("protocol", ["classify", "paillier-classify"])
-def test_the_demo_client_command_lines_parse(protocol, tmp_path):
-    """``petlab-experiments demo`` runs these (it ended in a usage error for the baseline)."""
-    argv = client_command(protocol, 50051, tmp_path / "rows.csv", tmp_path / "s.json", tmp_path / "c")
-    assert Path(argv[0]).name == "petlab-client"
-    args = client_main.build_parser().parse_args(argv[1:])
-    assert (args.command, args.cache_dir, args.model) == (protocol, tmp_path / "c", "iris")
