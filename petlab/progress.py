@@ -2,9 +2,9 @@
 
 On a terminal, :func:`bar` is a ``tqdm`` bar (redrawn in place with carriage returns). Elsewhere (a
 log file, a pipe, CI), a redrawn bar would leave its every frame in the output as fragments, so
-:func:`bar` gives a :class:`StageLines` instead: no bar, and one plain line each time the caller
-names a new stage (``set_postfix_str``), with the steps done so far. :func:`say` writes a message
-line that does not break a bar on screen.
+:func:`bar` gives a :class:`StageLines` instead: no bar, a plain line when the step begins and one
+each time the caller names a new stage (``set_postfix_str``), with the steps done so far.
+:func:`say` writes a message line that does not break a bar on screen.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ def is_terminal(stream: TextIO | None = None) -> bool:
 
 
 class StageLines:
-    """The part of ``tqdm``'s interface petlab uses, for output that is not a terminal: one line
-    per stage named with :meth:`set_postfix_str` (``desc: stage (done/total)``), nothing else."""
+    """The part of ``tqdm``'s interface petlab uses, for output that is not a terminal: a line
+    ``desc ...`` when it starts, then one line per stage named with :meth:`set_postfix_str`
+    (``desc: stage (done/total steps done)``), nothing else."""
 
     def __init__(
         self,
@@ -42,6 +43,8 @@ class StageLines:
         self.iterable, self.total, self.desc, self.disable = iterable, total, desc, disable
         self.n: int | float = 0
         self._stage = ""
+        if desc and not disable:  # the step has begun (no count: a bar's total can be a data figure)
+            print(f"{desc} ...", file=sys.stderr, flush=True)
 
     def __iter__(self) -> Iterator[Any]:
         for item in () if self.iterable is None else self.iterable:

@@ -26,8 +26,11 @@ def test_without_a_terminal_stages_are_plain_lines(capsys):
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err
     assert err.splitlines() == [
+        "experiments ...",
         "experiments: k-NN on iris (0/4 steps done)",
         "experiments: OnTheMap (3/4 steps done)",
+        "data sets ...",
+        "queries ...",
         "the server is busy; asking again in 5 s",
     ]
 
