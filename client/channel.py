@@ -96,6 +96,10 @@ def make_channel(
     return grpc.intercept_channel(channel, _ReadableToken(token)) if token else channel
 
 
+# what gRPC's details say when nothing listens at the address, or the name does not resolve
+NO_SERVER = ("connection refused", "dns resolution failed", "name or service not known", "no address")
+
+
 def unavailable(error: BaseException, address: str) -> Unavailable | None:
     """For a call that failed with UNAVAILABLE: an error naming the address tried and what to do
     (start ``petlab-server serve``, or point ``--server`` at a running one), gRPC's reason kept
@@ -105,13 +109,19 @@ def unavailable(error: BaseException, address: str) -> Unavailable | None:
         return None
     details = str(error.details() or "")
     address = with_default_port(address)
-    if "failed to connect" in details or "Connection refused" in details or "DNS resolution" in details:
+    lowered = details.lower()
+    if "handshake" in lowered or "ssl" in lowered or "tls" in lowered:
+        told = (
+            f"no TLS connection with {address}: check --tls-ca (and --tls-cert, --tls-key), and that "
+            "the server there serves TLS"
+        )
+    elif any(sign in lowered for sign in NO_SERVER):
         told = (
             f"no server answered at {address}: start one with `petlab-server serve`, or give a "
             "running one's address with --server HOST:PORT"
         )
     else:
-        told = f"the server at {address} is unavailable; try again, or check it is running"
+        told = f"the server at {address} is unavailable; try again, or check that it is running"
     return Unavailable(f"UNAVAILABLE: {told} (gRPC: {details})")
 
 

@@ -160,3 +160,31 @@ def test_classify_and_its_baseline_take_the_same_flags():
     assert flags("classify") == flags("paillier-classify")
     assert "HE-kNN-V" not in _subcommand_help("classify")
     assert "HE-kNN-V" not in client_main.build_parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("details", "told"),
+    [
+        ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused",
+         "no server answered at knn.example.org:50051: start one with `petlab-server serve`"),
+        ("DNS resolution failed for knn.example.org:50051: UNAVAILABLE",
+         "no server answered at knn.example.org:50051"),
+        ("failed to connect to all addresses; last error: UNKNOWN: Ssl handshake failed",
+         "no TLS connection with knn.example.org:50051: check --tls-ca"),
+        ("Socket closed", "the server at knn.example.org:50051 is unavailable; try again"),
+    ],
+)  # fmt: skip
+def test_unavailable_says_what_went_wrong_and_keeps_grpcs_words(details, told):
+    import grpc
+
+    class Rpc(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return details
+
+    error = client_channel.unavailable(Rpc(), "knn.example.org")
+    assert error is not None and str(error).startswith(f"UNAVAILABLE: {told}")
+    assert str(error).endswith(f"(gRPC: {details})")
+    assert client_channel.unavailable(ValueError("x"), "h") is None
