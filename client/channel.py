@@ -32,7 +32,7 @@ from pathlib import Path
 import grpc
 
 from petlab.addresses import is_loopback_address, with_default_port
-from petlab.errors import BadInput, Unavailable
+from petlab.errors import BadInput, MissingFile, Unavailable
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")
@@ -61,6 +61,9 @@ def make_channel(
         raise InsecureCredentials("--tls-cert and --tls-key go together (a client certificate needs its key)")
     if token is not None and not TOKEN_PATTERN.fullmatch(token):
         raise MalformedToken("a token is printable ASCII without spaces (at most 512 characters)")
+    for flag, path in (("--tls-ca", tls_ca), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not Path(path).is_file():
+            raise MissingFile(path, f"{flag} names a PEM file")
     address = with_default_port(address)
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:

@@ -188,3 +188,14 @@ def test_unavailable_says_what_went_wrong_and_keeps_grpcs_words(details, told):
     assert error is not None and str(error).startswith(f"UNAVAILABLE: {told}")
     assert str(error).endswith(f"(gRPC: {details})")
     assert client_channel.unavailable(ValueError("x"), "h") is None
+
+
+def test_a_missing_certificate_is_named_by_both_clients(tmp_path, capsys):
+    from petlab.client import analyst
+
+    missing = tmp_path / "ca.pem"
+    told = f"error: {missing}: No such file or directory; --tls-ca names a PEM file\n"
+    assert client_main.main(["models", "--tls-ca", str(missing)]) == 2
+    assert capsys.readouterr().err == f"petlab-client: {told}"
+    assert analyst.main(["describe", "--tls-ca", str(missing)]) == 2
+    assert capsys.readouterr().err == f"petlab-analyst: {told}"
