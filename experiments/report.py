@@ -163,10 +163,12 @@ def headlines(results: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
     commute = results.get("onthemap_commute")
     if commute is not None and len(commute):
         corr = commute.true_miles.corr(commute.synthetic_miles)
+        true, synthetic = commute.true_miles.mean(), commute.synthetic_miles.mean()
         lines.append(
             (
                 "OnTheMap synthetic commutes, eps 4.6",
-                f"correlation {corr:.2f} with the true average commute over {len(commute)} destinations",
+                f"mean commute {true:.1f} mi true, {synthetic:.1f} mi "
+                f"synthetic; per-destination correlation {corr:.2f} over {len(commute):,} destinations",
             )
         )
     plausible = results.get("plausible")

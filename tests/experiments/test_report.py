@@ -46,7 +46,9 @@ def test_headlines_are_the_few_results_to_look_at():
         "4 of 4 encrypted answers equal the clear reference"
     )
     assert lines["k-NN accuracy, owner's settings (float k-NN)"] == "iris 0.95 (1.00), wine 0.80 (0.90)"
-    assert lines["OnTheMap synthetic commutes, eps 4.6"].startswith("correlation 1.00 with the true")
+    assert lines["OnTheMap synthetic commutes, eps 4.6"] == (
+        "mean commute 2.0 mi true, 2.0 mi synthetic; per-destination correlation 1.00 over 3 destinations"
+    )
     assert "61% of the time (50% is chance; omega=11)" in lines["plausible deniability, synthetic records"]
     assert report.headlines({}) == []
 
