@@ -133,8 +133,10 @@ def test_bad_input_is_2_and_one_error_line_for_each_program(tmp_path):
     way by every program (``PATH: No such file or directory``)."""
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
+    from petlab.client.analyst import keygen
+
     key = tmp_path / "key.pem"
-    assert _script("petlab-analyst", "keygen", "--out", str(key)).returncode == 0
+    keygen(key)  # in process: the key is the test's input, not what it checks
     missing = tmp_path / "none.csv"
     cases = {
         "petlab-analyst": ["prepare", str(bad), "--key", str(key)],

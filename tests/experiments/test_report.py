@@ -63,7 +63,7 @@ def test_the_report_opens_with_a_short_table_and_the_plots(tmp_path):
     assert "![knn_latency](knn_latency.png)" in opening and "![knn_sweeps](knn_sweeps.png)" in opening
 
 
-@pytest.mark.parametrize("sweeps", [("n",), ("n", "k"), ("n", "d", "k")])
+@pytest.mark.parametrize("sweeps", [("n",), ("n", "d", "k")])
 def test_a_panel_for_each_sweep_run_and_no_empty_one(sweeps, tmp_path, monkeypatch):
     saved = {}
 
