@@ -61,7 +61,7 @@ def parse_features(text: str) -> list[float]:
         if not math.isfinite(value):
             raise UserError(
                 f"--features: value {position}, {part.strip()!r}, is not a finite number "
-                "(give the record's values as numbers separated by commas, e.g. 5.1,3.5,1.4,0.2)"
+                "(give the record's values as comma-separated numbers, e.g. 5.1,3.5,1.4,0.2)"
             )
         values.append(value)
     return values
@@ -88,8 +88,8 @@ def read_rows(args, info: knn_pb2.ModelInfo, records: Records | None = None) -> 
         row = records.features
         if len(row) != info.d:
             raise UserError(
-                f"--features: model {info.name} takes {info.d} values ({', '.join(info.feature_names)}), "
-                f"got {len(row)}"
+                f"--features: model {info.name} takes {info.d} finite features "
+                f"({', '.join(info.feature_names)}), got {len(row)}"
             )
         return within_bounds(np.array([row]), info, args.allow_outside_bounds)
     frame = records.frame
