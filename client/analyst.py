@@ -22,14 +22,17 @@ time, stopping at the first abort.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from petlab.addresses import DEFAULT_SERVER, with_default_port
 from petlab.errors import reading_input
 from petlab.exit_status import run_program
 from petlab.subcommands import add_commands, guarded, new_parser
@@ -187,7 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
         "sequence", type=Path, nargs="?", default=Path("sequence.json"), help="the co-signed sequence"
     )
     for c in (describe_command, run_command):
-        c.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT of the data owner's server")
+        c.add_argument(
+            "--server",
+            type=with_default_port,
+            default=DEFAULT_SERVER,
+            help="HOST:PORT of the data owner's server (a HOST alone means port 50051)",
+        )
         c.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
         c.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
         c.add_argument("--tls-key", type=Path, help="client private key, for mutual TLS")
@@ -209,6 +217,20 @@ def _read_json(path: Path):
     """A JSON file the user named; malformed JSON is bad input (exit 2), a missing one too."""
     with reading_input(str(path)):
         return json.loads(path.read_text())
+
+
+@contextlib.contextmanager
+def told_where(args: argparse.Namespace) -> Iterator[None]:
+    """A call that finds no server at ``--server`` fails with the address and what to do."""
+    from petlab.client.channel import unavailable
+
+    try:
+        yield
+    except Exception as exc:
+        replacement = unavailable(exc, args.server)
+        if replacement is None:
+            raise
+        raise replacement from exc
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -239,7 +261,7 @@ def _run_command(args: argparse.Namespace) -> int:
         controller_id = document["certification"]["controller_id"]
         print(f"co-signed {args.sequence} for {args.person} at controller {controller_id}, until {expires}")
     elif args.command == "describe":
-        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
+        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel, told_where(args):
             text = json.dumps(describe(channel, args.timeout), indent=2)
         if args.out:
             args.out.write_text(text + "\n")
@@ -253,7 +275,7 @@ def _run_command(args: argparse.Namespace) -> int:
         with reading_input(str(args.sequence)):
             check_version(document)
             open_request(document)  # every field the session needs is checked before it opens
-        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel:
+        with make_channel(args.server, args.tls_ca, args.tls_cert, args.tls_key) as channel, told_where(args):
             return run(document, channel, args.timeout)
     return 0
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import grpc
 
-from petlab.addresses import is_loopback_address
-from petlab.errors import BadInput
+from petlab.addresses import is_loopback_address, with_default_port
+from petlab.errors import BadInput, MissingFile, Unavailable
 from petlab.protos.message_limits import CHANNEL_OPTIONS
 
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")
@@ -61,6 +61,10 @@ def make_channel(
         raise InsecureCredentials("--tls-cert and --tls-key go together (a client certificate needs its key)")
     if token is not None and not TOKEN_PATTERN.fullmatch(token):
         raise MalformedToken("a token is printable ASCII without spaces (at most 512 characters)")
+    for flag, path in (("--tls-ca", tls_ca), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not Path(path).is_file():
+            raise MissingFile(path, f"{flag} names a PEM file")
+    address = with_default_port(address)
     options = list(CHANNEL_OPTIONS)
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
@@ -93,6 +97,35 @@ def make_channel(
             return grpc.secure_channel(address, credentials, options)
     channel = grpc.insecure_channel(address, options)
     return grpc.intercept_channel(channel, _ReadableToken(token)) if token else channel
+
+
+# what gRPC's details say when nothing listens at the address, or the name does not resolve
+NO_SERVER = ("connection refused", "dns resolution failed", "name or service not known", "no address")
+
+
+def unavailable(error: BaseException, address: str) -> Unavailable | None:
+    """For a call that failed with UNAVAILABLE: an error naming the address tried and what to do
+    (start ``petlab-server serve``, or point ``--server`` at a running one), gRPC's reason kept
+    at the end; None for any other error."""
+    code = getattr(error, "code", None)
+    if not isinstance(error, grpc.RpcError) or code is None or code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    details = str(error.details() or "")
+    address = with_default_port(address)
+    lowered = details.lower()
+    if "handshake" in lowered or "ssl" in lowered or "tls" in lowered:
+        told = (
+            f"no TLS connection with {address}: check --tls-ca (and --tls-cert, --tls-key), and that "
+            "the server there serves TLS"
+        )
+    elif any(sign in lowered for sign in NO_SERVER):
+        told = (
+            f"no server answered at {address}: start one with `petlab-server serve`, or give a "
+            "running one's address with --server HOST:PORT"
+        )
+    else:
+        told = f"the server at {address} is unavailable; try again, or check that it is running"
+    return Unavailable(f"UNAVAILABLE: {told} (gRPC: {details})")
 
 
 class _CallDetails(

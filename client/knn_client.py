@@ -3,9 +3,11 @@
 Client specs are checked against concrete's 128-bit parameters (``client.parameter_check``) before any
 key is made. Keys are made once per (server, model, client specs) and cached under ``~/.cache/petlab`` (or
 ``$PETLAB_CLIENT_CACHE``): ``keys.bin`` holds the secret key and is written owner-only (0600) and
-atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. When the server
-answers that the key id is unknown (expired, evicted, server reset) the keys are uploaded again,
-once, and the call retried. ``stats`` holds every successful call's latency and bytes
+atomically; ``key_id`` remembers the server's id for the uploaded evaluation keys. Unreadable keys
+are made anew, and a ``key_id`` that is not a key id (32 lowercase hex digits) is dropped, each
+with a message naming the file: the keys are then uploaded again. When the server answers that the
+key id is unknown (expired, evicted, server reset) the keys are uploaded again, once, and the call
+retried. ``stats`` holds every successful call's latency and bytes
 (``client.call_stats``).
 """
 
@@ -21,7 +23,6 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from tqdm import tqdm
 
 from petlab.client.call_stats import CallRecorder, CallStats
 from petlab.client.channel import make_channel  # noqa: F401  (re-exported: the clients' one channel)
@@ -31,6 +32,7 @@ from petlab.crypto.knn.deployment import KnnClient
 from petlab.crypto.knn.families import encode_query, family
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.owner_only import private_directory, write_owner_only
+from petlab.progress import bar, say
 from petlab.protos import knn_pb2, knn_pb2_grpc
 from petlab.terminal_text import shown
 
@@ -78,9 +80,7 @@ class KnnRemote:
         reply = self._unary("GetClientSpecs", knn_pb2.GetClientSpecsRequest(model=model))
         digest = verified_specs_digest(reply.client_specs, reply.specs_sha256)
         check_security(reply.client_specs)  # before any key is made or loaded under these specs
-        for level in (self.cache_dir, self.cache_dir / _safe(self.server_label)):
-            private_directory(level)
-        directory = private_directory(self.cache_dir / _safe(self.server_label) / _safe(model) / digest[:16])
+        directory = private_directory(self.key_directory() / _safe(model) / digest[:16])
         client = KnnClient(reply.client_specs)
         quantizer = quantizer_of(reply.model)
         family(reply.model.algorithm or "paper")  # ValueError: a family this client cannot encode for
@@ -92,24 +92,29 @@ class KnnRemote:
                 client.load_keys(keys_file.read_bytes())
                 loaded = True
             except ValueError:
-                self._say(f"the cached keys in {keys_file} are unreadable; making new ones")
+                self.say(f"the cached keys in {keys_file} are unreadable; making new ones")
         if not loaded:
             id_file.unlink(missing_ok=True)  # a registered id belongs to keys we no longer hold
-            self._say(f"generating keys for {model} (once per model; takes a while)")
+            self.say(f"generating keys for {model} (once per model; takes a while)")
             started = time.perf_counter()
             client.generate_keys()
             prepared.keygen_seconds = time.perf_counter() - started
             write_owner_only(keys_file, client.secret_keys_bytes())
-        prepared.key_id = id_file.read_text().strip() if id_file.is_file() else ""
+        prepared.key_id = cached_key_id(id_file, self.say)
         if not prepared.key_id:
             self.upload_keys(prepared)
         return prepared
+
+    def key_directory(self) -> Path:
+        """This server's directory in the key cache (created owner-only, like its parent)."""
+        private_directory(self.cache_dir)
+        return private_directory(self.cache_dir / _safe(self.server_label))
 
     def upload_keys(self, prepared: PreparedModel) -> str:
         data = prepared.client.evaluation_keys_bytes()
         digest = hashlib.sha256(data).hexdigest()
         prepared.key_bytes = len(data)
-        bar = tqdm(
+        upload = bar(
             total=len(data),
             unit="B",
             unit_scale=True,
@@ -133,7 +138,7 @@ class KnnRemote:
                     )
                 else:
                     message = knn_pb2.KeyChunk(data=piece)
-                bar.update(len(piece))
+                upload.update(len(piece))
                 yield message
 
         try:  # a busy server's refusal (its retry hint) is asked again, as for a classification
@@ -141,7 +146,7 @@ class KnnRemote:
                 lambda timeout: self.stub.RegisterKeys(chunks(), timeout=timeout), bar.reset
             )
         finally:
-            bar.close()
+            upload.close()
         prepared.key_id = reply.key_id
         write_owner_only(prepared.directory / "key_id", reply.key_id.encode())
         return reply.key_id
@@ -163,7 +168,7 @@ class KnnRemote:
     def classify_batch(self, prepared: PreparedModel, rows: np.ndarray, batch_size: int = 8) -> list[int]:
         levels = prepared.quantizer.transform(np.asarray(rows, dtype=float))
         answers: list[int] = []
-        bar = tqdm(total=len(levels), desc="classifying", unit="row", disable=not self.show_progress)
+        done = bar(total=len(levels), desc="classifying", unit="row", disable=not self.show_progress)
         for start in range(0, len(levels), batch_size):
             queries = [prepared.encrypt_levels(q) for q in levels[start : start + batch_size]]
 
@@ -177,8 +182,8 @@ class KnnRemote:
                 checked_class(prepared.client.decrypt_class(r), prepared.info)
                 for r in self._with_key(prepared, call)
             ]
-            bar.update(len(queries))
-        bar.close()
+            done.update(len(queries))
+        done.close()
         return answers
 
     # ------------------------------------------------------------------ plumbing
@@ -189,7 +194,7 @@ class KnnRemote:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND or "key id" not in (exc.details() or ""):
                 raise
-            self._say("the server no longer knows our evaluation keys; uploading them again")
+            self.say("the server no longer knows our evaluation keys; uploading them again")
             self.upload_keys(prepared)
             return call()
 
@@ -217,13 +222,30 @@ class KnnRemote:
                 wait = hint * (1 + random.random())
                 if time.monotonic() + wait >= deadline:
                     raise
-                self._say(f"the server is busy; asking again in {wait:.0f} s")
+                self.say(f"the server is busy; asking again in {wait:.0f} s")
                 time.sleep(wait)
                 before_retry()
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         if self.show_progress:
-            tqdm.write(message)
+            say(message)
+
+
+KEY_ID = re.compile(r"[0-9a-f]{32}")  # what RegisterKeys returns (server.knn.key_store)
+
+
+def cached_key_id(path: Path, say=print) -> str:
+    """The key id cached in ``path``, or "" when there is none to use: missing, or not a key id
+    (overwritten, damaged); such a file is removed and ``say`` tells which, so the caller uploads
+    the keys again and caches the new id, as it remakes unreadable keys."""
+    if not path.is_file():
+        return ""
+    text = path.read_bytes().strip()
+    if KEY_ID.fullmatch(text.decode("ascii", "replace")):
+        return text.decode("ascii")
+    path.unlink(missing_ok=True)
+    say(f"the cached key id in {path} is not a key id; uploading the evaluation keys again")
+    return ""
 
 
 class ClassOutOfRange(ValueError):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from petlab.addresses import DEFAULT_SERVER, with_default_port
 from petlab.client.key_cache import default_cache_dir
 from petlab.errors import BadInput, PetlabError, reading_input
 from petlab.exit_status import run_program
@@ -25,6 +26,7 @@ from petlab.terminal_text import shown
 
 if TYPE_CHECKING:
     import numpy as np
+    import pandas as pd
 
     from petlab.client.call_stats import CallStats
     from petlab.client.knn_client import KnnRemote
@@ -33,32 +35,65 @@ if TYPE_CHECKING:
 # numpy, pandas, grpc and the protos are imported where used: --help and a usage error stay fast.
 
 
-DEFAULT_SERVER = "127.0.0.1:50051"
-
-
 class UserError(BadInput):
     """A mistake in what the user asked for: one line on stderr and exit status 2."""
 
 
-def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
-    import numpy as np
+@dataclass(frozen=True)
+class Records:
+    """What the user asked to classify, read before any call: one record's values (``--features``)
+    or a CSV's table (``--csv``); matched against the model's features once it is known."""
+
+    features: list[float] | None = None
+    frame: pd.DataFrame | None = None
+    source: str = ""
+
+
+def parse_features(text: str) -> list[float]:
+    """``--features``'s comma-separated values as numbers; ``UserError`` naming the first value
+    that is not a finite number."""
+    values = []
+    for position, part in enumerate(text.split(","), start=1):
+        try:
+            value = float(part)
+        except ValueError:
+            value = float("nan")
+        if not math.isfinite(value):
+            raise UserError(
+                f"--features: value {position}, {part.strip()!r}, is not a finite number "
+                "(give the record's values as comma-separated numbers, e.g. 5.1,3.5,1.4,0.2)"
+            )
+        values.append(value)
+    return values
+
+
+def read_records(args) -> Records:
+    """The records of ``--features`` or ``--csv``, checked as far as they can be without the
+    model: every value a number, the CSV readable (``UserError`` naming the value or file)."""
+    if args.features is not None:
+        return Records(features=parse_features(args.features), source="--features")
     import pandas as pd
 
-    if args.features:
-        try:
-            row = [float(v) for v in args.features.split(",")]
-        except ValueError:
-            raise UserError(f"--features must be {info.d} comma-separated numbers") from None
-        if len(row) != info.d or not np.all(np.isfinite(row)):
+    with reading_input("--csv"):  # missing, unreadable, empty or malformed: bad input
+        frame = pd.read_csv(args.csv)
+    return Records(frame=frame, source=str(args.csv))
+
+
+def read_rows(args, info: knn_pb2.ModelInfo, records: Records | None = None) -> np.ndarray:
+    """``records`` (read from ``args`` when not given) as the model's feature rows."""
+    import numpy as np
+
+    records = records or read_records(args)
+    if records.features is not None:
+        row = records.features
+        if len(row) != info.d:
             raise UserError(
-                f"model {info.name} takes {info.d} finite features ({', '.join(info.feature_names)}), "
-                f"got {len(row)}"
+                f"--features: model {info.name} takes {info.d} finite features "
+                f"({', '.join(info.feature_names)}), got {len(row)}"
             )
         return within_bounds(np.array([row]), info, args.allow_outside_bounds)
-    try:
-        frame = pd.read_csv(args.csv)
-    except (OSError, ValueError) as exc:  # missing, unreadable, empty or malformed CSV
-        raise UserError(f"cannot read {args.csv}: {exc}") from None
+    frame = records.frame
+    assert frame is not None
     names = list(info.feature_names)
     if all(name in frame.columns for name in names):
         frame = frame[names]
@@ -66,7 +101,7 @@ def read_rows(args, info: knn_pb2.ModelInfo) -> np.ndarray:
         frame = frame.select_dtypes("number").iloc[:, : info.d]
     if frame.shape[1] != info.d or frame.isna().any().any() or not np.isfinite(frame.to_numpy(float)).all():
         raise UserError(
-            f"{args.csv}: need {info.d} numeric feature columns without gaps "
+            f"{records.source}: need {info.d} numeric feature columns without gaps "
             f"(named {', '.join(names)}, or the first {info.d} numeric columns)"
         )
     return within_bounds(frame.to_numpy(dtype=float), info, args.allow_outside_bounds)
@@ -119,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("petlab-client", __doc__)
     commands = add_commands(parser)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", default=DEFAULT_SERVER, help="HOST:PORT of the data owner's server")
+    common.add_argument(
+        "--server",
+        type=with_default_port,
+        default=DEFAULT_SERVER,
+        help="HOST:PORT of the data owner's server (a HOST alone means port 50051)",
+    )
     common.add_argument("--timeout", type=float, default=600.0, help="per-call deadline, seconds")
     common.add_argument("--tls-ca", type=Path, help="CA certificate to verify the server (enables TLS)")
     common.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
@@ -139,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("models", parents=[common], help="list the server's models")
     for name, text in (
-        ("classify", "encrypted k-NN (HE-kNN-V)"),
-        ("paillier-classify", "interactive Paillier baseline"),
+        ("classify", "encrypted k-NN: the server sees neither the record nor its class"),
+        ("paillier-classify", "interactive Paillier baseline (leaks distances and neighbours)"),
     ):
         command = commands.add_parser(name, parents=[common], help=text)
         command.add_argument("--model", required=True, help="the model's name (see the models command)")
@@ -155,13 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="classify a value outside the model's public feature range (clipped to it, with a "
             "warning) instead of refusing it",
         )
-        if name == "classify":  # the Paillier baseline keeps no keys
-            command.add_argument(
-                "--cache-dir",
-                type=Path,
-                default=default_cache_dir(),
-                help="key cache directory [env PETLAB_CLIENT_CACHE]",
-            )
+        command.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=default_cache_dir(),
+            help="key cache directory [env PETLAB_CLIENT_CACHE]",
+        )
         command.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
 
@@ -173,29 +212,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     quiet_dependency_warnings()  # before concrete-python is imported (by the k-NN client)
-    from petlab.client.channel import make_channel
+    from petlab.client.channel import make_channel, unavailable
 
+    records = read_records(args) if args.command != "models" else None  # before any call
     with reading_input():  # a malformed or exposed token
         channel = make_channel(
             args.server, args.tls_ca, args.tls_cert, args.tls_key, args.token, args.insecure_token
         )
     try:
-        return run(args, channel)
+        return run(args, channel, records)
     except PetlabError:
         raise  # told by guarded(), with its status
     except ValueError as exc:  # a server answer that fails validation (specs digest, quantizer)
-        print(f"petlab-client: refusing the server's answer: {shown(exc)}", file=sys.stderr)
+        print(f"petlab-client: error: refusing the server's answer: {shown(exc)}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        replacement = unavailable(exc, args.server)  # no server there: say where, and what to do
+        if replacement is None:
+            raise
+        raise replacement from exc
     finally:
         channel.close()
 
 
-def run(args, channel) -> int:
-    from tqdm import tqdm
-
+def run(args, channel, records: Records | None = None) -> int:
     from petlab.client.knn_client import KnnRemote, checked_class
-    from petlab.client.paillier_client import paillier_classify
-    from petlab.crypto.paillier_knn import generate_keypair
+    from petlab.client.paillier_client import cached_keypair, paillier_classify
+    from petlab.progress import bar
     from petlab.protos import knn_pb2, knn_pb2_grpc
 
     if args.command == "models":
@@ -211,11 +254,10 @@ def run(args, channel) -> int:
                 )
             )
         return 0
-    cache_dir = getattr(args, "cache_dir", None) or default_cache_dir()  # unused by the baseline
-    remote = KnnRemote(channel, args.server, cache_dir, args.timeout, not args.quiet)
+    remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
+    info = _model_info(remote, args.model)
+    rows = read_rows(args, info, records)  # every input checked before keys are made or uploaded
     if args.command == "classify":
-        info = _model_info(remote, args.model)
-        rows = read_rows(args, info)  # every input checked before keys are made or uploaded
         prepared = remote.prepare(args.model)
         if len(rows) == 1:
             classes = [remote.classify(prepared, rows[0])]
@@ -223,16 +265,16 @@ def run(args, channel) -> int:
             classes = remote.classify_batch(prepared, rows)
         stats_header = f"encrypted k-NN; keygen {prepared.keygen_seconds:.1f} s (0 if cached)"
     else:
-        info = _model_info(remote, args.model)
-        rows = read_rows(args, info)
-        started = time.perf_counter()
-        keypair = generate_keypair()
-        stats_header = f"Paillier baseline; keygen {time.perf_counter() - started:.1f} s"
+        keypair, keygen_seconds = cached_keypair(remote.key_directory(), remote.say)
+        stats_header = f"Paillier baseline; keygen {keygen_seconds:.1f} s (0 if cached)"
         prepared = None
-        classes = [
-            checked_class(paillier_classify(channel, info, row, keypair, remote.stats, args.timeout), info)
-            for row in tqdm(rows, disable=args.quiet or len(rows) == 1, desc="classifying")
-        ]
+        classes = []
+        quiet = args.quiet or len(rows) == 1
+        with bar(total=len(rows), desc="classifying", unit="row", disable=quiet) as done:
+            for row in rows:
+                answer = paillier_classify(channel, info, row, keypair, remote.stats, args.timeout)
+                classes.append(checked_class(answer, info))
+                done.update()
     names = (prepared.info if prepared else info).class_names
     for cls in classes:
         print(shown(names[cls]))

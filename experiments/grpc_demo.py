@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from petlab.errors import PetlabError, Unavailable
 from petlab.experiments import markdown
 from petlab.server.knn.datasets import load_bundled
 
@@ -34,7 +35,7 @@ def wait_until_serving(process: subprocess.Popen, port_file: Path, timeout: floa
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"petlab-server exited with status {process.returncode}")
+            raise Unavailable(f"petlab-server exited with status {process.returncode} (its log is above)")
         if port_file.is_file() and port_file.read_text().strip():
             port = int(port_file.read_text())
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -47,11 +48,13 @@ def wait_until_serving(process: subprocess.Popen, port_file: Path, timeout: floa
                 except grpc.RpcError:
                     pass
         time.sleep(0.5)
-    raise TimeoutError("petlab-server did not become SERVING in time")
+    raise Unavailable(f"petlab-server did not report SERVING within {timeout:.0f} s (its log is above)")
 
 
-def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> dict:
-    command = [
+def client_command(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> list[str]:
+    """The ``petlab-client`` command line the demo runs for ``protocol`` (classify or
+    paillier-classify): the same flags for both."""
+    return [
         str(BIN / "petlab-client"),
         protocol,
         "--server",
@@ -65,8 +68,15 @@ def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache
         "--cache-dir",
         str(cache),
     ]
+
+
+def run_client(protocol: str, port: int, rows_csv: Path, stats_file: Path, cache: Path) -> dict:
+    command = client_command(protocol, port, rows_csv, stats_file, cache)
     print("$", " ".join(command[:7]), "...", flush=True)
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL)
+    if done.returncode:
+        status = done.returncode
+        raise PetlabError(f"petlab-client {protocol} exited with status {status} (its error is above)")
     return json.loads(stats_file.read_text())
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import MinMaxScaler
-from tqdm import tqdm
 
 from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.experiments import markdown
+from petlab.progress import bar
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 
 COLUMNS = ["dataset", "d", "classes", "split", "test_rows", "family", "n", "bits", "accuracy", "float_knn"]
@@ -118,8 +118,8 @@ def summary(rows: list[dict]) -> str:
 def run_accuracy(n: int, k: int, splits: int, families: tuple[str, ...], out: Path, names=None) -> int:
     names = list(names or BUNDLED)
     rows = []
-    for name in tqdm(names, desc="data sets"):
-        for seed in tqdm(range(splits), desc=name, leave=False):
+    for name in bar(names, desc="data sets"):
+        for seed in bar(range(splits), desc=name, leave=False):
             rows += split_rows(name, seed, n, k, families)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as handle:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 from dataclasses import replace
 from importlib.metadata import version
@@ -34,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
 from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
@@ -48,9 +46,11 @@ from petlab.crypto.knn.families import (
 )
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.crypto.knn.thermo import cost
+from petlab.errors import BadInput
 from petlab.experiments import markdown
 from petlab.experiments.knn_accuracy import settings_accuracy
 from petlab.experiments.machine import cpu_model
+from petlab.progress import bar, say
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 from petlab.server.knn.key_warmup import prepare_keys
 
@@ -167,7 +167,7 @@ def bench_one(
     warmup = encrypt(np.zeros(model.d, dtype=np.int64))
     _, preparation = _timed(prepare_keys, circuit.server, keys, warmup)
     latencies = []
-    for query in tqdm(levels[1:], desc=f"{algorithm} n={n} encrypted queries", leave=False):
+    for query in bar(levels[1:], desc=f"{algorithm} n={n} encrypted queries", leave=False):
         result, seconds = _timed(run_encrypted, circuit.server, keys, parse_ciphertext(encrypt(query)))
         latencies.append(seconds)
         answers.append(client.decrypt_class(result))
@@ -282,7 +282,7 @@ def run_bench(
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for dataset in datasets:
-        for n in tqdm(ns, desc=f"values of n ({dataset})"):
+        for n in bar(ns, desc=f"values of n ({dataset})"):
             for algorithm in algorithms:
                 limit = {"paper": paper_max_n, "fast": fast_max_n}.get(algorithm)
                 if limit is not None and not (isinstance(n, int) and n <= limit):
@@ -299,7 +299,7 @@ def run_bench(
                         accuracy_splits=accuracy_splits,
                     )
                 )
-                tqdm.write(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
+                say(", ".join(f"{c}={rows[-1][c]}" for c in MARKDOWN_COLUMNS))
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -413,9 +413,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if OWNER_N in args.n and not (args.owner_settings and args.algorithm == ["thermo"]):
-        message = "--n owner needs --owner-settings and --algorithm thermo"
-        print(f"petlab-experiments knn-bench: {message}", file=sys.stderr)
-        return 2
+        raise BadInput("--n owner needs --owner-settings and --algorithm thermo")
     custom = args.global_p_error is not None or args.strategy is not None or args.sign_bits != 4
     config = (
         CircuitConfig(

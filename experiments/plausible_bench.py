@@ -19,13 +19,13 @@ import csv
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from petlab.errors import MissingFile
 from petlab.experiments.report import EVALUATION_NOTICE
 from petlab.plaindata import acs_sample_path
 from petlab.plaindata.plausible.bayes_model import seed_probabilities
@@ -51,11 +51,13 @@ def default_data() -> Path:
 
 
 def existing_data(path: Path, source: str = "--data") -> Path:
-    """``path`` itself, or a FileNotFoundError that names the flag or variable that gave it."""
+    """``path`` itself, or :class:`~petlab.errors.MissingFile` naming the flag or variable that
+    gave it and the way out."""
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{source} {path}: no such file (give the ACS 2013 CSV, e.g. ../shared/data/acs13.csv, "
-            "or leave it out to use the shipped 5,000-record sample)"
+        raise MissingFile(
+            path,
+            f"{source} names the ACS 2013 CSV (e.g. ../shared/data/acs13.csv); leave it out to use "
+            "the shipped 5,000-record sample",
         )
     return path
 
@@ -147,10 +149,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        data = existing_data(args.data) if args.data else default_data()
-    except FileNotFoundError as exc:
-        print(f"petlab-experiments plausible-bench: {exc}", file=sys.stderr)
-        return 2
+    data = existing_data(args.data) if args.data else default_data()
     synthesis = PlausibleConfig(k=args.k, gamma=args.gamma, omega=args.omega, eps0=args.eps0)
     return run_bench(data, args.candidates, synthesis, args.seed, args.out)

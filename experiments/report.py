@@ -58,9 +58,10 @@ def knn_figures(knn: pd.DataFrame, sweeps: pd.DataFrame, out: Path, machine: str
     # beside the bars, not over them (the tallest bar, a log scale, reaches the top corner)
     axis.legend(title="protocol", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     paths.append(_save(figure, out / "knn_latency.png", machine))
-    if len(sweeps):
-        figure, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-        for axis, sweep in zip(axes, ("n", "d", "k"), strict=True):
+    present = [sweep for sweep in ("n", "d", "k") if (sweeps.sweep == sweep).any()] if len(sweeps) else []
+    if present:  # one panel per sweep that was run: no empty axes
+        figure, axes = plt.subplots(1, len(present), figsize=(3.4 * len(present) + 0.4, 3.4), squeeze=False)
+        for axis, sweep in zip(axes[0], present, strict=True):
             part = sweeps[sweeps.sweep == sweep].sort_values(sweep)
             axis.plot(part[sweep], part.server_median_s, "o-", label="latency (s)")
             axis.set_xlabel(sweep)
@@ -146,6 +147,59 @@ EVALUATION_NOTICE = (
 )
 
 
+def headlines(results: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
+    """The few results a reader should look at first, as (what, result) pairs, from the tables
+    ``run_all`` wrote (a part that was not run gives no line)."""
+    lines = []
+    knn = results.get("knn")
+    he = knn[knn.protocol.str.startswith("HE")] if knn is not None else None
+    if he is not None and len(he):
+        first = he.iloc[0]
+        latency = ", ".join(f"{row.dataset} {row.median_s:.2g} s" for row in he.itertuples())
+        lines.append(("encrypted k-NN, median latency per query", f"{latency} ({first.protocol})"))
+        checked = round(float((he.agrees_with_clear * he.queries).sum()))
+        lines.append(
+            (
+                "encrypted k-NN, cost of one query",
+                f"{first.dataset}: {first.bytes_up / 1e3:,.1f} kB up, {first.bytes_down / 1e3:,.1f} kB down, "
+                f"{first.key_bytes / 1e6:,.0f} MB of keys once; {checked} of {int(he.queries.sum())} "
+                "encrypted answers equal the clear reference",
+            )
+        )
+    accuracy = results.get("knn_accuracy")
+    if accuracy is not None and len(accuracy):
+        mean = accuracy.groupby("dataset", sort=False)[["accuracy", "float_knn"]].mean()
+        lines.append(
+            (
+                "k-NN accuracy, owner's settings (float k-NN)",
+                ", ".join(f"{name} {r.accuracy:.2f} ({r.float_knn:.2f})" for name, r in mean.iterrows()),
+            )
+        )
+    commute = results.get("onthemap_commute")
+    if commute is not None and len(commute):
+        corr = commute.true_miles.corr(commute.synthetic_miles)
+        true, synthetic = commute.true_miles.mean(), commute.synthetic_miles.mean()
+        lines.append(
+            (
+                "OnTheMap synthetic commutes, eps 4.6",
+                f"mean commute {true:.1f} mi true, {synthetic:.1f} mi "
+                f"synthetic; per-destination correlation {corr:.2f} over {len(commute):,} destinations",
+            )
+        )
+    plausible = results.get("plausible")
+    synthetic = plausible[plausible.data.str.startswith("omega")] if plausible is not None else None
+    if synthetic is not None and len(synthetic) and "distinguish_rf" in synthetic:
+        row = synthetic.iloc[0]
+        lines.append(
+            (
+                "plausible deniability, synthetic records",
+                f"a random forest tells them from real ones {row.distinguish_rf:.0%} of the time (50% is "
+                f"chance; {row.data})",
+            )
+        )
+    return lines
+
+
 def write_report(
     results: dict[str, pd.DataFrame],
     figures: list[Path],
@@ -154,8 +208,15 @@ def write_report(
     mode: str,
     link_notes: list[str] | None = None,
 ) -> Path:
+    summary = headlines(results)
     lines = [
         f"# petlab experiments ({mode})",
+        "",
+        "| result | value |",
+        "|:--|:--|",
+        *[f"| {what} | {value} |" for what, value in summary],
+        "",
+        *[f"![{p.stem}]({p.name})" for p in figures],
         "",
         f"Machine and software: {machine}",
         "",
@@ -269,7 +330,6 @@ def write_report(
             *link_notes,
             "",
         ]
-    lines += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

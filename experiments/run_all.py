@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from petlab.crypto.knn.families import ALGORITHMS
 from petlab.crypto.knn.model import KnnSettings
@@ -28,6 +27,7 @@ from petlab.experiments import knn_accuracy, knn_experiments, links, report, syn
 from petlab.experiments.machine import describe
 from petlab.experiments.plausible_bench import default_data
 from petlab.plaindata import acs_sample_path
+from petlab.progress import bar
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class ExperimentConfig:
     k: int = 3
     queries: int = 2
     accuracy_splits: int = 1  # clear references of the owner's settings on whole held-out splits
-    sweep_n: tuple[int, ...] = (4, 8)
+    sweep_n: tuple[int, ...] = (4, 6, 8)  # three points: a curve, each point real keys and queries
     sweep_d: tuple[int, ...] = ()
     sweep_k: tuple[int, ...] = ()
     sweep_base_n: int = 6
@@ -90,7 +90,7 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
         + 2
     )
     results: dict[str, pd.DataFrame] = {}
-    with tqdm(total=steps, desc="experiments", unit="step") as progress:
+    with bar(total=steps, desc="experiments", unit="step") as progress:
         settings = KnnSettings(n=config.n, k=config.k)
         rows = []
         for name in config.datasets:
@@ -149,7 +149,13 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
     )
     figures += link_figures
     path = report.write_report(results, figures, out, machine, mode, link_notes)
-    print(f"wrote {len(results)} CSV tables, {len(figures)} figures and {path}")
+    print(f"wrote {len(results)} CSV tables and {len(figures)} figures to {out}/")
+    print()
+    print("What to look at first:")
+    for what, value in report.headlines(results):
+        print(f"  {what}: {value}")
+    print()
+    print(f"The report, which opens with these and the plots: {path}")
     return path
 
 

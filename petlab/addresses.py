@@ -67,3 +67,28 @@ def _has_port_or_ip(target: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+DEFAULT_PORT = 50051  # petlab-server serve's --port default (server.flags)
+DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
+
+
+def with_default_port(address: str, port: int = DEFAULT_PORT) -> str:
+    """``address`` with petlab's default ``port`` when it names a host without one
+    (``localhost`` is ``localhost:50051``, ``::1`` is ``[::1]:50051``): gRPC itself would take
+    443, the HTTPS port, where no petlab server listens. Targets with a scheme (``unix:``,
+    ``dns:``, ``ipv4:``, ...) and ``host:port`` are returned unchanged."""
+    target = address.strip()
+    if not target or "/" in target:
+        return target  # empty (refused later), or a URI (dns:///host, unix:/path)
+    if target.startswith("["):
+        return target if "]:" in target else f"{target}:{port}"
+    try:
+        if ipaddress.ip_address(target).version == 6:
+            return f"[{target}]:{port}"
+        return f"{target}:{port}"
+    except ValueError:
+        pass
+    if ":" in target:
+        return target  # host:port, or scheme:rest
+    return f"{target}:{port}"

@@ -239,7 +239,12 @@ def exit_status_page() -> str:
     lines += [
         "",
         "An error the program expects (a `petlab.errors.PetlabError`, an `OSError`, a gRPC error) is",
-        "one line on stderr. Anything else is a bug: the traceback is printed and the status is 1.",
+        "one line on stderr, `PROGRAM: error: MESSAGE`: a file's problem reads `PATH: reason`",
+        "(`rows.csv: No such file or directory`), a gRPC failure `CODE: details`",
+        "(`UNAVAILABLE: no server answered at 127.0.0.1:50051: ...`). Mistakes in a command line",
+        "(an unknown flag, a missing argument) are argparse's usage line and",
+        "`PROGRAM SUBCOMMAND: error: MESSAGE`. Anything else is a bug: the traceback is printed and",
+        "the status is 1.",
         "A gRPC status from the server maps to 2 (INVALID_ARGUMENT, OUT_OF_RANGE), 3 (PERMISSION_DENIED,",
         "UNAUTHENTICATED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED) or 1 (any other).",
         "A file named on the command line that is missing or malformed is bad input (2); a file that",

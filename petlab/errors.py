@@ -60,16 +60,39 @@ class Unavailable(PetlabError):
     exit_status = FAILURE
 
 
+def file_problem(error: OSError) -> str:
+    """An ``OSError`` about a file as every petlab program words it: ``PATH: reason``
+    (``rows.csv: No such file or directory``), as ``cat`` and ``cp`` do; ``str(error)`` when it
+    names no file."""
+    if error.filename is None or not error.strerror:
+        return str(error)
+    return f"{error.filename}: {error.strerror}"
+
+
+class MissingFile(BadInput, FileNotFoundError):
+    """A file the user named is not there (exit status 2): ``PATH: No such file or directory``,
+    then the way out when one is given (``hint``)."""
+
+    def __init__(self, path: object, hint: str = "") -> None:
+        FileNotFoundError.__init__(self, 2, "No such file or directory", str(path))
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return file_problem(self) + (f"; {self.hint}" if self.hint else "")
+
+
 @contextmanager
 def reading_input(what: str = "") -> Iterator[None]:
     """Turn a ``ValueError``/``KeyError``/``TypeError`` raised while reading or checking what the
-    user supplied (a file, a flag's value), or a ``FileNotFoundError`` for a file the user named,
-    into :class:`BadInput`; used around input parsing only, never around
-    computation, so a bug elsewhere still shows its traceback."""
+    user supplied (a file, a flag's value) into :class:`BadInput` (``what: detail``), and a
+    ``FileNotFoundError`` for a file the user named into :class:`MissingFile`; used around input
+    parsing only, never around computation, so a bug elsewhere still shows its traceback."""
     try:
         yield
     except PetlabError:
         raise
-    except (ValueError, KeyError, TypeError, FileNotFoundError) as error:
+    except FileNotFoundError as error:
+        raise MissingFile(error.filename if error.filename is not None else what) from error
+    except (ValueError, KeyError, TypeError) as error:
         detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
         raise BadInput(f"{what}: {detail}" if what else detail) from error

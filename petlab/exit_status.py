@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-from petlab.errors import FAILURE, INTERRUPTED, REFUSED, USAGE, PetlabError
+from petlab.errors import FAILURE, INTERRUPTED, REFUSED, USAGE, PetlabError, file_problem
 from petlab.terminal_text import shown
 
 #: A gRPC status a server answered, as an exit status: the caller's input was invalid (2), the
@@ -60,26 +60,42 @@ def exit_with(status: int) -> NoReturn:
 
 
 def status_of_error(error: BaseException, prog: str) -> int:
-    """The status for an exception that reached a program's top, after telling the user: a
-    :class:`~petlab.errors.PetlabError` or an ``OSError`` (a file, a socket) is one line on stderr
-    and its status (``petlab.errors.EXIT_STATUSES``); a gRPC error one line and 1; Ctrl-C 130;
-    anything else is a bug: the traceback and 1."""
+    """The status for an exception that reached a program's top, after telling the user in one
+    line, :func:`error_line` (``prog: error: ...``): a :class:`~petlab.errors.PetlabError` or an
+    ``OSError`` (a file, a socket) with its status (``petlab.errors.EXIT_STATUSES``), a gRPC error
+    with its code's (:data:`RPC_STATUSES`); Ctrl-C 130; anything else is a bug: the traceback and 1."""
     if isinstance(error, KeyboardInterrupt):
         print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPTED
     if isinstance(error, PetlabError):
-        print(f"{prog}: error: {shown(error)}", file=sys.stderr)
-        return error.exit_status
-    if isinstance(error, OSError):
-        print(f"{prog}: error: {shown(error)}", file=sys.stderr)
+        status = error.exit_status
+    elif isinstance(error, OSError):
+        status = FAILURE
+    elif _is_rpc_error(error):
+        status = RPC_STATUSES.get(_rpc_code(error), FAILURE)
+    else:
+        traceback.print_exception(error)
         return FAILURE
-    if _is_rpc_error(error):
-        code, details = error.code(), error.details()  # type: ignore[attr-defined]
-        name = getattr(code, "name", str(code))
-        print(f"{prog}: {name}: {shown(details)}", file=sys.stderr)
-        return RPC_STATUSES.get(name, FAILURE)
-    traceback.print_exception(error)
-    return FAILURE
+    print(error_line(prog, error), file=sys.stderr)
+    return status
+
+
+def error_line(prog: str, error: BaseException) -> str:
+    """The one line every petlab program prints for an expected error: ``prog: error: message``,
+    where a file's problem is ``PATH: reason`` and a gRPC failure ``CODE: the server's details``
+    (printed safely: ``petlab.terminal_text.shown``)."""
+    if isinstance(error, OSError) and not isinstance(error, PetlabError):
+        message = file_problem(error)
+    elif _is_rpc_error(error):
+        message = f"{_rpc_code(error)}: {error.details()}"  # type: ignore[attr-defined]
+    else:
+        message = str(error)
+    return f"{prog}: error: {shown(message)}"
+
+
+def _rpc_code(error: BaseException) -> str:
+    code = error.code()  # type: ignore[attr-defined]
+    return str(getattr(code, "name", code))
 
 
 def is_expected(error: BaseException) -> bool:

@@ -77,7 +77,7 @@ def read_owner_only(path: Path) -> bytes:
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise UnsafeSecretFile(f"{path} cannot be opened: {exc.strerror}") from exc
+        raise UnsafeSecretFile(f"{path}: {exc.strerror}") from exc
     with os.fdopen(descriptor, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():

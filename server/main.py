@@ -54,7 +54,10 @@ def parse_args(argv: list[str]) -> tuple[ServerOptions, argparse.Namespace]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run("petlab-server", DESCRIPTION, COMMANDS, sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"] and not {"-h", "--help"} & set(argv):  # seconds pass before the next line
+        logging.getLogger("petlab.server").info("starting: loading the models and the encryption library")
+    return run("petlab-server", DESCRIPTION, COMMANDS, argv)
 
 
 def program() -> NoReturn:

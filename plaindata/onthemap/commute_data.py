@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
+
+from petlab.progress import bar
 
 EARTH_RADIUS_MILES = 3958.8
 BLOCK_COLUMNS = ("tabblk2010", "tabblk2020")
@@ -127,7 +128,7 @@ def generate(
     homes = np.empty(workers, dtype=np.int64)
     position = 0
     pairs = zip(destination_blocks, per_destination, strict=True)
-    for block, count in tqdm(
+    for block, count in bar(
         pairs, total=len(destination_blocks), desc="destinations", disable=not show_progress
     ):
         distance = np.linalg.norm(centres - xy[block], axis=1)

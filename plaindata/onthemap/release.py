@@ -76,7 +76,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
 
 from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.onthemap.algorithm1 import polya_spread
@@ -89,6 +88,7 @@ from petlab.plaindata.onthemap.privacy import (
 )
 from petlab.plaindata.onthemap.statement import DOMAIN_SHARE, TAIL_SHARE, PriorSummary, release_cost
 from petlab.plaindata.secure_random import release_generator
+from petlab.progress import bar
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def release(
         raise ValueError("no O/D pairs to release")
     if max(destination.max(), origin.max()) >= grid.blocks:
         raise ValueError("block indices must refer to the grid's blocks")
-    progress = tqdm(total=6, desc="onthemap", disable=not show_progress)
+    progress = bar(total=6, desc="onthemap", disable=not show_progress)
     ring_edges = bands.ring_edges(cell_miles)
     n_bands = len(bands.keep)
     keep = np.asarray(bands.keep)

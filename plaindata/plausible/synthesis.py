@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from petlab.plaindata.dp.composition import parallel, per_query_epsilon, repeated
 from petlab.plaindata.dp.noise import NoiseSource, OpenDPNoise
@@ -55,6 +54,7 @@ from petlab.plaindata.plausible.bayes_model import (
 from petlab.plaindata.plausible.bayes_structure import Structure, learn_structure
 from petlab.plaindata.plausible.privacy_tests import privacy_test_1_batch, privacy_test_2_batch
 from petlab.plaindata.secure_random import release_generator
+from petlab.progress import bar
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def release(
         raise ValueError("the abstention probability must lie in [0, 1)")
     written: list[np.ndarray] = []
     candidates = passed = 0
-    with tqdm(total=runs, desc="runs", unit="run", disable=not show_progress) as progress:
+    with bar(total=runs, desc="runs", unit="run", disable=not show_progress) as progress:
         for offset in range(0, runs, batch):
             size = min(batch, runs - offset)
             active = int((rng.random(size) >= abstain).sum())

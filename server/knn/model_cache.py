@@ -89,11 +89,13 @@ def load_or_compile(
                 "cache entry %s stayed locked for %.0f s: compiling without it", key, ENTRY_LOCK_SECONDS
             )
         log.info(
-            "compiling model %s (n=%d, d=%d%s): not in cache",
+            "compiling model %s (n=%d, d=%d%s): not in the cache %s yet; this once takes from seconds to "
+            "minutes, later starts load it from the cache",
             model.name,
             model.plan.n,
             model.d,
             f", {parts} partitions" if program else "",
+            cache_dir,
         )
         started = time.perf_counter()
         if program is not None:

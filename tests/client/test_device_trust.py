@@ -41,7 +41,7 @@ HOSTILE = [
     "del\x7fete\u200b\u2066iso\u2069\u2028line\x00nul",
 ]
 SETTINGS = KnnSettings(n=6, k=3)
-KEY_ID = "k" * 32
+KEY_ID = "5e" * 16  # what RegisterKeys returns: 32 lowercase hex digits
 
 
 def unsafe(text: str) -> list[str]:
@@ -168,6 +168,38 @@ def test_a_class_beyond_the_described_ones_is_refused(wine, tmp_path, capsys):
     assert status == 1, err
     assert "refusing the server's answer" in err and "1 classes" in err
     assert "Traceback" not in err and "IndexError" not in err and out == ""
+
+
+class RegisteringKnn(HostileKnn):
+    """Takes the device's evaluation keys (``RegisterKeys``) and records the key id each query
+    comes with, then stops the device there (no evaluation: its cost is not what is tested)."""
+
+    def RegisterKeys(self, request_iterator, context):
+        size = sum(len(chunk.data) for chunk in request_iterator)
+        self.registered = f"{size:032x}"
+        return knn_pb2.RegisterKeysResponse(key_id=self.registered)
+
+    def Classify(self, request, context):
+        self.queried_with = request.key_id
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the test stops here")
+
+
+@pytest.mark.slow
+def test_a_damaged_cached_key_id_is_replaced_by_uploading_the_keys_again(wine, tmp_path, capsys):
+    """A key id overwritten with garbage: the device says which file, uploads its keys again,
+    caches the new id and queries with it (it used to send the garbage, and fail, on every run)."""
+    hosted, client, features, answers = wine
+    servicer = RegisteringKnn(hosted, client, ["class_0", "class_1", "class_2"], answers)
+    with fake_server(servicer) as address:
+        cache_keys(tmp_path, address, hosted, client)
+        (id_file,) = tmp_path.rglob("key_id")
+        id_file.write_text("not a key id\n")
+        argv = ["classify", "--server", address, "--model", "wine", "--features", features]
+        status = client_main.main([*argv, "--cache-dir", str(tmp_path), "--timeout", "120"])
+    err = capsys.readouterr().err
+    assert f"the cached key id in {id_file} is not a key id" in err
+    assert servicer.queried_with == servicer.registered == id_file.read_text()
+    assert status == 3 and "the test stops here" in err  # the fake server's refusal, as told
 
 
 class HostileController(controller_pb2_grpc.AnalysisControllerServicer):

@@ -87,15 +87,6 @@ def test_help_is_plain_sentences_with_defaults(every_command):
     classify = build_parser()._subparsers._group_actions[0].choices["classify"].format_help()  # type: ignore[union-attr]
     classify = " ".join(classify.split())
     assert "(default: 127.0.0.1:50051)" in classify and "--allow-outside-bounds" in classify
-    assert (
-        "--cache-dir"
-        not in build_parser()
-        ._subparsers._group_actions[0]
-        .choices[  # type: ignore[union-attr]
-            "paillier-classify"
-        ]
-        .format_help()
-    )
 
 
 def test_serve_flags_are_grouped_and_name_their_variable(every_command):
@@ -137,23 +128,65 @@ def test_a_usage_error_is_2(prog):
     assert done.returncode == 2 and "usage:" in done.stderr
 
 
-def test_bad_input_is_2_for_each_program(tmp_path):
+def test_bad_input_is_2_and_one_error_line_for_each_program(tmp_path):
+    """Bad input: status 2 and one line ``prog: error: ...``; a missing file is named the same
+    way by every program (``PATH: No such file or directory``)."""
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
+    from petlab.client.analyst import keygen
+
     key = tmp_path / "key.pem"
-    assert _script("petlab-analyst", "keygen", "--out", str(key)).returncode == 0
+    keygen(key)  # in process: the key is the test's input, not what it checks
+    missing = tmp_path / "none.csv"
     cases = {
         "petlab-analyst": ["prepare", str(bad), "--key", str(key)],
-        "petlab-synth": ["plausible", "--data", str(tmp_path / "none.csv"), "--out", "o.csv"],
+        "petlab-synth": ["plausible", "--data", str(missing), "--count", "5", "--out", "o.csv"],
         "petlab-server": ["persons", "--data-dir", str(tmp_path)],
         # a token over plaintext to a non-loopback address: refused before any connection
         "petlab-client": ["models", "--server", "192.0.2.1:1", "--token", "t0k3n"],
-        "petlab-experiments": ["plausible-bench", "--data", str(tmp_path / "none.csv")],
+        "petlab-experiments": ["plausible-bench", "--data", str(missing)],
     }
     for prog, args in cases.items():
         done = _script(prog, *args, cwd=tmp_path)
         assert done.returncode == 2, (prog, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip(), (prog, done.stderr)
+        assert done.stderr.splitlines()[-1].startswith(f"{prog}: error: "), (prog, done.stderr)
+        if str(missing) in args:
+            assert f"{prog}: error: {missing}: No such file or directory" in done.stderr, done.stderr
+
+
+def test_one_error_line_for_files_and_rpc_failures(tmp_path, capsys):
+    """``prog: error: message`` for every expected error: a file's problem as ``PATH: reason``
+    (also for a file named on the command line that is missing), a gRPC failure as ``CODE:
+    details``, a program's own error as its message."""
+    import grpc
+
+    from petlab.errors import MissingFile, reading_input
+    from petlab.exit_status import error_line
+
+    class Rpc(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return "failed to connect to all addresses"
+
+    missing = tmp_path / "none.json"
+    with pytest.raises(MissingFile) as caught, reading_input(str(missing)):
+        missing.read_text()
+    assert status_of_error(caught.value, "p") == 2
+    assert error_line("p", caught.value) == f"p: error: {missing}: No such file or directory"
+    assert error_line("p", PermissionError(13, "Permission denied", "out.csv")) == (
+        "p: error: out.csv: Permission denied"
+    )
+    assert str(MissingFile("a.csv", "give --data")) == "a.csv: No such file or directory; give --data"
+    assert status_of_error(Rpc(), "p") == 1
+    assert error_line("p", Rpc()) == "p: error: UNAVAILABLE: failed to connect to all addresses"
+    assert error_line("p", Refused("declined\x1b[2J")) == "p: error: declined\\x1b[2J"
+    assert capsys.readouterr().err.splitlines() == [
+        f"p: error: {missing}: No such file or directory",
+        "p: error: UNAVAILABLE: failed to connect to all addresses",
+    ]
 
 
 #: Each program with its main's entry point and a function its run reaches, replaced by one that

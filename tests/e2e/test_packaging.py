@@ -150,4 +150,4 @@ def test_plausible_bench_names_a_missing_data_file(installed):
         installed, "petlab-experiments", "plausible-bench", "--data", str(missing), "--candidates", "10"
     )
     assert result.returncode == 2
-    assert f"--data {missing}: no such file" in result.stderr
+    assert f"petlab-experiments: error: {missing}: No such file or directory; --data names" in result.stderr

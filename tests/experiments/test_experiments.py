@@ -1,6 +1,7 @@
 """The experiment harness on a tiny configuration: files, CSV columns, and wire bytes that equal the
 serialized sizes of the messages."""
 
+import json
 import math
 from dataclasses import replace
 
@@ -9,15 +10,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from petlab.client import main as client_main
 from petlab.client.call_stats import CallRecorder
-from petlab.client.knn_client import make_channel
+from petlab.client.knn_client import _safe, make_channel
+from petlab.client.paillier_client import KEYPAIR_FILE
 from petlab.crypto.knn.model import KnnSettings
 from petlab.crypto.paillier_knn import encrypt_query, generate_keypair, to_bytes
 from petlab.experiments import run_all as run_all_module
+from petlab.experiments.grpc_demo import client_command, summarise
 from petlab.experiments.knn_experiments import KNN_COLUMNS, SWEEP_COLUMNS
 from petlab.experiments.run_all import QUICK, run_all
+from petlab.owner_only import private_directory, write_owner_only
 from petlab.plaindata.onthemap.privacy import accept_reject_epsilon
+from petlab.progress import StageLines
 from petlab.protos import knn_pb2, knn_pb2_grpc, paillier_pb2, paillier_pb2_grpc
+from petlab.server.knn.datasets import load_bundled
 
 TINY = replace(
     QUICK,
@@ -41,18 +48,21 @@ TINY = replace(
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch):
+def test_tiny_run_writes_every_table_figure_and_the_report(tmp_path, monkeypatch, capsys):
     bars = []
 
-    class CountedBar(run_all_module.tqdm):
+    class CountedBar(StageLines):
         def close(self):
             bars.append((self.n, self.total))
-            super().close()
 
-    monkeypatch.setattr(run_all_module, "tqdm", CountedBar)
+    monkeypatch.setattr(run_all_module, "bar", CountedBar)
     out = tmp_path / "results"
     report = run_all(TINY, out, tmp_path / "cache", "tiny")
     assert bars and all(done == total for done, total in bars)  # the bar ends at its total, not past it
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith(f"The report, which opens with these and the plots: {report}")
+    for what in ("encrypted k-NN, median latency per query", "OnTheMap synthetic commutes, eps 4.6"):
+        assert f"  {what}: " in printed
     for name in (
         "knn",
         "knn_accuracy",
@@ -94,8 +104,38 @@ def server(serve, hosted_model, tmp_path_factory):
         yield running, hosted.model
 
 
+@pytest.fixture(scope="module")
+def paillier_keypair():
+    """One 2048-bit Paillier key pair for the module's tests (about a second to make)."""
+    return generate_keypair()
+
+
 @pytest.mark.slow
-def test_counted_bytes_equal_serialized_message_sizes(server):
+def test_the_demo_runs_the_paillier_baseline_with_the_classify_flags(server, paillier_keypair, tmp_path):
+    """The demo's ``paillier-classify`` command line, run (in process) against a server with the
+    baseline enabled; it ended in a usage error (``--cache-dir``) before the flags were shared.
+    The device's cached key pair is the module's, so nothing is generated here."""
+    running, _ = server
+    address = f"127.0.0.1:{running.port}"
+    _, private_key = paillier_keypair
+    directory = private_directory(private_directory(tmp_path / "cache") / _safe(address))
+    primes = {"p": private_key.p, "q": private_key.q}
+    write_owner_only(directory / KEYPAIR_FILE, json.dumps(primes).encode())
+    _, test = load_bundled("iris").split()
+    rows = tmp_path / "rows.csv"
+    pd.DataFrame(test.features[:1], columns=test.feature_names).to_csv(rows, index=False)
+    cache = tmp_path / "cache"
+    argv = client_command("paillier-classify", running.port, rows, tmp_path / "stats.json", cache)
+    assert client_main.main([*argv[1:], "--quiet"]) == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    summary = summarise(stats, [test.class_names[test.labels[0]]])
+    assert summary["protocol"] == "Paillier interactive" and summary["rounds"] == 2
+    assert summary["up_bytes"] > 4 * 256 and summary["down_bytes"] > 0
+    assert [call["method"] for call in stats["calls"]] == ["ListModels", "Distances", "Labels"]
+
+
+@pytest.mark.slow
+def test_counted_bytes_equal_serialized_message_sizes(server, paillier_keypair):
     running, model = server
     wire = CallRecorder()
     channel = grpc.intercept_channel(make_channel(f"127.0.0.1:{running.port}"), wire)
@@ -104,7 +144,7 @@ def test_counted_bytes_equal_serialized_message_sizes(server):
     reply = knn.GetClientSpecs(request)
     assert wire.totals() == (len(request.SerializeToString()), len(reply.SerializeToString()))
     assert [c.method for c in wire.calls] == ["GetClientSpecs"]
-    public_key, _ = generate_keypair()
+    public_key, _ = paillier_keypair
     encrypted, norm = encrypt_query(public_key, model.quantizer.transform(np.array([5.0, 3.4, 1.5, 0.2])))
     distances = paillier_pb2.DistancesRequest(
         model="iris",

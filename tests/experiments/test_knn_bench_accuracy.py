@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import pytest
 
 from petlab.crypto.knn import condensation
+from petlab.errors import BadInput
 from petlab.experiments import knn_accuracy, knn_bench
 from petlab.server.knn.datasets import owner_settings
 
@@ -53,5 +55,5 @@ def test_n_owner_is_the_owner_settings_own_size_and_needs_them(capsys):
     assert parser.parse_args(["--n", "owner", "all", "40"]).n == [knn_bench.OWNER_N, None, 40]
     wrong = (["--algorithm", "thermo"], ["--owner-settings"], ["--owner-settings", "--algorithm", "fast"])
     for flags in wrong:
-        assert knn_bench.run(parser.parse_args(["--n", "owner", *flags])) == 2
-        assert "--n owner needs --owner-settings and --algorithm thermo" in capsys.readouterr().err
+        with pytest.raises(BadInput, match="--n owner needs --owner-settings and --algorithm thermo"):
+            knn_bench.run(parser.parse_args(["--n", "owner", *flags]))

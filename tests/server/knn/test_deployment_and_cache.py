@@ -273,3 +273,22 @@ def test_staging_left_by_a_killed_compile_is_removed(tmp_path):
     os.utime(old, (1, 1))
     assert model_cache.remove_stale_staging(tmp_path) == [old]
     assert not old.exists() and young.exists()
+
+
+def test_a_compilation_is_announced_before_it_starts(tmp_path, monkeypatch, caplog):
+    """The first start compiles each model, silently for up to a minute: the log says so first,
+    with the cache the result goes to (the compiler is replaced: nothing is compiled here)."""
+
+    class Stop(Exception):
+        pass
+
+    def compiler_started(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(model_cache, "compile_plan", compiler_started)
+    train, _ = load_bundled("iris").split()
+    model = build_model("iris", train.features, train.labels, KnnSettings(n=4, k=1))
+    with caplog.at_level("INFO", logger=model_cache.log.name), pytest.raises(Stop):
+        model_cache.load_or_compile(model, CircuitConfig(), tmp_path / "cache")
+    assert f"compiling model iris (n=4, d=4): not in the cache {tmp_path / 'cache'} yet" in caplog.text
+    assert "later starts load it from the cache" in caplog.text

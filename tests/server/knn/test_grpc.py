@@ -436,7 +436,7 @@ def test_paillier_baseline_is_off_by_default(serve, tmp_path, hosted):
 @pytest.mark.parametrize(
     ("rows", "says"),
     [
-        (["--csv", "/nonexistent/rows.csv"], "cannot read"),
+        (["--csv", "/nonexistent/rows.csv"], "/nonexistent/rows.csv: No such file or directory"),
         (["--features", "1,2"], "takes 4 finite features"),
         (["--features", "a,b,c,d"], "comma-separated"),
     ],
