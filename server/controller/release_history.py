@@ -32,7 +32,7 @@ rank costs (rows x rank x atoms), not a rebuild per row.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,34 +108,45 @@ class ReleaseHistory:
         return out
 
     def refusal(self, evaluated: Evaluated) -> str | None:
-        """Why ``evaluated`` may not be released now (module docstring), or None."""
+        """Why ``evaluated`` may not be released now (module docstring), or None: the first rule
+        that refuses, in the module docstring's order (later rules are not run)."""
+        for reason in self._rules(evaluated):
+            if reason:
+                return reason
+        return None
+
+    def verdicts(self, evaluated: Evaluated) -> dict[str, str | None]:
+        """Every rule's decision on ``evaluated`` (its reason, or None), each run whatever the
+        others decide: what the simulatability test compares between neighbouring data sets."""
+        names = ["output checking", "zero cell", "tracker or swap", "exact audit", "empty region"]
+        return dict(zip(names, self._rules(evaluated), strict=True))
+
+    def _rules(self, evaluated: Evaluated) -> Iterator[str | None]:
+        """Each rule's reason or None, in order, lazily (a caller may stop at the first reason)."""
         assert self.audit is not None
         decision = check(evaluated, self.rules)
-        if not decision.release:
-            return "output checking: " + "; ".join(decision.reasons)
+        yield None if decision.release else "output checking: " + "; ".join(decision.reasons)
         rows = self.fresh(released_functionals(evaluated))
         empty = self._empty_cell(rows)
-        if empty:
-            return f"zero cell: {empty}"
+        yield f"zero cell: {empty}" if empty else None
         control = QuerySetControl(len(self.data), self.rules.threshold, self.audit.released_bits())
         sets = [np.frombuffer(row.members, dtype=np.uint8) for row in rows if row.weight is None]
         violation = control.violation_packed(np.stack(sets)) if sets else None
-        if violation:
-            return f"query-set-size control: {violation}"
+        yield f"query-set-size control: {violation}" if violation else None
         functionals = [_functional(row) for row in self._new_rows(rows)]
         finding = self.audit.check(functionals)
-        if finding:
-            return f"query-set-size control: exact audit: {finding.reason}"
-        if self.region_audit is not None and self.regions and rows:
-            atoms = self.audit._refined(functionals)  # rows seen before split no atom
-            try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
-                ranks = self.audit.ranks_with(functionals, atoms)
-            except BasisCapacity:
-                return "empty region: the region audit cannot certify the release: the record basis is full"
-            region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
-            if region:
-                return f"empty region: {region}"
-        return None
+        yield f"query-set-size control: exact audit: {finding.reason}" if finding else None
+        if self.region_audit is None or not self.regions or not rows:
+            yield None
+            return
+        atoms = self.audit._refined(functionals)  # rows seen before split no atom
+        try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
+            ranks = self.audit.ranks_with(functionals, atoms)
+        except BasisCapacity:
+            yield "empty region: the region audit cannot certify the release: the record basis is full"
+            return
+        region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
+        yield f"empty region: {region}" if region else None
 
     def record(self, evaluated: Evaluated) -> list[Released]:
         """Add a released analysis; returns the rows to store (those not released before)."""
