@@ -142,9 +142,10 @@ class ReleaseAudit:
     max_entries: int = 25_000_000  # numbers in the kept basis (rank x atoms), or the space on the small atoms
     max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
     search_budget: int = 20_000
-    # per prime, the most one incremental check may search (the sum over the blocks it searches of
-    # d^2 x support, ``small_groups``' unit): about half a second on the 5,000-record sample
-    search_work_cap: float = 4e7
+    # per prime, the most one check may search once V is certified (``small_groups``' unit, the
+    # sum over search nodes of d^2 x support, and the nodes): about 0.4 s per prime on the
+    # 5,000-record sample (2e8 units took 4 s over two primes)
+    search_work_cap: float = 2e7
     n_primes: int = 2
     _bits: np.ndarray = field(init=False, repr=False)
     _weights: list[str | None] = field(init=False, repr=False)
@@ -328,8 +329,10 @@ class ReleaseAudit:
                 f"{len(support)} small atoms, beyond its memory or work cap"
             )
         cost = float(len(vanishing)) ** 2 * len(support)
-        if old is None or old_of_new is None or cost <= self.search_work_cap:
+        if old is None or old_of_new is None:
             return self._search(_reduced(vanishing[:, support], p), sizes, support, p)
+        if cost <= self.search_work_cap:
+            return self._search(_reduced(vanishing[:, support], p), sizes, support, p, self.search_work_cap)
         reduced = _reduced(vanishing[:, support], p)
         kept = self._bases[p]
         contained = _in_span(old, kept.pivots[~kept.large[kept.pivots]], old_of_new, p)
@@ -345,17 +348,29 @@ class ReleaseAudit:
                 f"{sum(len(rows) for rows, _ in changed)} dimensions, beyond the search's cap of "
                 f"{self.search_work_cap:g} per check"
             )
+        spent = self.search_work
         for rows, columns in changed:
-            finding = self._search(rows, sizes, support[columns], p)
+            left = self.search_work_cap - (self.search_work - spent)
+            finding = self._search(rows, sizes, support[columns], p, left)
             if finding is not None:
                 return finding
         return None
 
-    def _search(self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int) -> Finding | None:
+    def _search(
+        self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int, work: float | None = None
+    ) -> Finding | None:
+        """``small_groups.find_group`` on ``basis`` (V's reduced form on ``support``), at most
+        ``work`` units of it (``max_work`` when None); past it the release is refused."""
         counter = [0, 0.0]
         try:
             found = find_group(
-                basis, sizes[support], self.threshold, p, self.search_budget, self.max_work, counter
+                basis,
+                sizes[support],
+                self.threshold,
+                p,
+                self.search_budget,
+                self.max_work if work is None else work,
+                counter,
             )
         except SearchBudget:
             return Finding(
