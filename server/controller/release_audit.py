@@ -143,9 +143,9 @@ class ReleaseAudit:
     max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
     search_budget: int = 20_000
     # per prime, the most one check may search once V is certified (``small_groups``' unit, the
-    # sum over search nodes of d^2 x support, and the nodes): about 0.4 s per prime on the
-    # 5,000-record sample (2e8 units took 4 s over two primes)
-    search_work_cap: float = 2e7
+    # sum over search nodes of d^2 x support, and the nodes): about a second per prime on the
+    # 5,000-record sample, loaded (1.35e8 units took 1.2 to 1.6 s over two primes)
+    search_work_cap: float = 8e7
     n_primes: int = 2
     _bits: np.ndarray = field(init=False, repr=False)
     _weights: list[str | None] = field(init=False, repr=False)
