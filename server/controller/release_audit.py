@@ -60,7 +60,14 @@ what refusals tell (``service``: each refusal is a bit, bounded per person).
 When the audit cannot finish (the kept basis would exceed ``max_entries`` numbers, V's basis
 ``max_entries`` or ``max_work`` operations to search, or the search its node budget) it refuses: a
 long history of fine-grained releases eventually stops releasing, which costs utility, never
-privacy. These caps are the only place where the incremental and the batch audit can decide
+privacy.
+
+The search is incremental (:meth:`ReleaseAudit._decide`): once the kept V has been searched with no
+small group found, a check searches only the blocks of the new V that the old one does not contain
+(none when V keeps its dimension), at most ``search_work_cap`` units per prime; a check whose
+changed blocks would cost more is refused before any search. So one check's search costs at most
+the cap, however long the history: one person's fine-grained history slows nobody else's decision,
+it makes later releases that would enlarge a large V refused instead (utility, never privacy). These caps are the only place where the incremental and the batch audit can decide
 differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
 little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
 (k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)

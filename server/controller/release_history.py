@@ -1,7 +1,8 @@
-"""Everything released on one data set, and the decision on the next analysis (issue 22).
+"""Everything released on one data set, and the decision on the next analysis.
 
 One history for all analysts: whatever one of them receives, all may know. The decision on an
-analysis, in order (the first reason wins; reasons state exact figures and go to the log only):
+analysis, in order (the first reason wins; reasons state exact figures and go to the log only;
+:meth:`ReleaseHistory.verdicts` gives every rule's):
 
 1. output checking (``output_checking``): the analysis alone;
 2. empty cells shown by equal sets: a new query set whose records are exactly those of a set
@@ -9,16 +10,33 @@ analysis, in order (the first reason wins; reasons state exact figures and go to
    values each column admits, ``analyses.definition``) shows that the records admitted by one
    definition and not the other are none: a zero cell, refused as acro refuses empty table cells.
    count(occ = 5) equal to count(occ = 5 and sex = 2) says that everyone in occupation 5 is a
-   woman. (Empty regions that only three or more sets reveal are not detected.)
-3. pairwise query-set-size control (``query_set_control``);
+   woman. (Empty regions that only three or more sets reveal are left to step 5.)
+3. trackers and swaps (``query_set_control``): a set that differs from one released before by
+   1 to t - 1 records on one side and fewer than t on the other;
 4. the exact audit of all released functionals (``release_audit``): no group of 1 to t - 1
    records may have its count or sums determined;
-5. regions of the public domain (``region_audit``, issue 30, with a ``PublicDomain``): no release
-   may show a linear relation on regions that hold no record which the domain does not imply
-   (three or more sets showing an empty region, equal counts over definitions that select
-   different cells of the domain).
+5. regions of the public domain (``region_audit``, with a ``PublicDomain``): no release may show
+   a linear relation on regions that hold no record which the domain does not imply (three or
+   more sets showing an empty region, equal counts over definitions that select different cells
+   of the domain).
 
-Released rows are deduplicated (issue 30): a row equal to one released before (same records,
+What a refusal tells (simulatable auditing, Kenthapadi, Mishra and Nissim, PODS 2005). A rule that
+decides from public information only (the domain, the definitions, what was released) tells the
+analyst nothing: it decides the same on every data set that agrees with the earlier answers. A
+threshold on a figure the release itself would show cannot do that (acro's small-cell rule refuses
+a cell of t - 1 records and releases one of t, and two neighbouring data sets may give exactly
+those); but each rule here refuses, on one of two neighbouring data sets that agree on every
+earlier answer, only where the refused release would have shown what the rule protects: a set of
+fewer than t records, a determined group of 1 to t - 1 records, an empty region, a swap
+(``tests/server/controller/test_simulatable_refusals.py``, against an exact-rational oracle). A
+rule that refused one-sided differences (9 records on one side, 1,798 on the other) broke this:
+its refusal fell on one neighbour only, where releasing showed no exact value, so the position of
+one refusal in a session spelled out a record's value; it refuses trackers and swaps only.
+Spec-only rules (a minimum, a quantile probability the rules do not allow, a table whose public
+domain has more than 1,000 cells) are decided before the data is read (``analyses.check_spec``)
+and are no refusals: nothing is counted against the person.
+
+Released rows are deduplicated: a row equal to one released before (same records,
 weight and definition) adds nothing to what is known, so repeating an analysis adds nothing to the
 history, its storage or the audit's cost.
 
@@ -71,7 +89,7 @@ class ReleaseHistory:
     data: pd.DataFrame
     rules: Rules = field(default_factory=Rules)
     audit: ReleaseAudit | None = None
-    domain: PublicDomain | None = None  # with it, the region audit (module docstring, step 3)
+    domain: PublicDomain | None = None  # with it, the region audit (module docstring, step 5)
     regions: bool = True  # the region audit's switch (tests turn it off to show the attacks)
     _definitions: dict[bytes, set[str]] = field(init=False, default_factory=dict, repr=False)
     _seen: set[tuple[bytes, str | None, str]] = field(init=False, default_factory=set, repr=False)
