@@ -67,7 +67,8 @@ small group found, a check searches only the blocks of the new V that the old on
 (none when V keeps its dimension), at most ``search_work_cap`` units per prime; a check whose
 changed blocks would cost more is refused before any search. So one check's search costs at most
 the cap, however long the history: one person's fine-grained history slows nobody else's decision,
-it makes later releases that would enlarge a large V refused instead (utility, never privacy). These caps are the only place where the incremental and the batch audit can decide
+it makes later releases that would enlarge a large V refused instead (utility, never privacy).
+These caps are the only place where the incremental and the batch audit can decide
 differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
 little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
 (k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)
@@ -335,12 +336,9 @@ class ReleaseAudit:
                 f"group of {self.threshold} or more records span {len(vanishing)} dimensions over "
                 f"{len(support)} small atoms, beyond its memory or work cap"
             )
-        cost = float(len(vanishing)) ** 2 * len(support)
-        if old is None or old_of_new is None:
-            return self._search(_reduced(vanishing[:, support], p), sizes, support, p)
-        if cost <= self.search_work_cap:
-            return self._search(_reduced(vanishing[:, support], p), sizes, support, p, self.search_work_cap)
         reduced = _reduced(vanishing[:, support], p)
+        if old is None or old_of_new is None:
+            return self._search(reduced, sizes, support, p)
         kept = self._bases[p]
         contained = _in_span(old, kept.pivots[~kept.large[kept.pivots]], old_of_new, p)
         changed = []
