@@ -227,13 +227,13 @@ def evaluate(
     spec: dict,
     data: pd.DataFrame,
     domain: PublicDomain | None = None,
-    probabilities: tuple[float, ...] = QUANTILE_PROBABILITIES,
+    allowed_probabilities: tuple[float, ...] = QUANTILE_PROBABILITIES,
 ) -> Evaluated:
     """Interpret ``spec`` on ``data``. ``domain``: the public attribute domain definitions and table
-    levels are taken from (``public_domain``; the server always gives one). ``probabilities``: the
-    quantile probabilities the rules allow (``check_spec``)."""
+    levels are taken from (``public_domain``; the server always gives one).
+    ``allowed_probabilities``: the quantile probabilities the rules allow (``check_spec``)."""
     validate(spec, data)
-    check_spec(spec, probabilities)
+    check_spec(spec, allowed_probabilities)
     mask = selection(spec, data)
     subset = data[mask]
     kind = spec["type"]
