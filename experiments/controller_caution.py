@@ -231,7 +231,7 @@ def long_history_specs(data: pd.DataFrame) -> list[dict]:
     specs: list[dict] = []
     for ms in sorted(int(v) for v in data.ms.unique()):
         for sex in (1, 2):
-            where = {"ms": {"eq": ms}, "sex": {"eq": sex}}
+            where: dict[str, dict] = {"ms": {"eq": ms}, "sex": {"eq": sex}}
             specs += [
                 {"type": "mean", "column": "hpw", "where": where},
                 {"type": "mean", "column": "age", "where": where},
@@ -239,7 +239,7 @@ def long_history_specs(data: pd.DataFrame) -> list[dict]:
             ]
     for band in ([16, 24], [25, 34], [35, 44], [45, 54], [55, 64], [65, 99]):
         for sex in (1, 2):
-            where = {"age": {"between": band}, "sex": {"eq": sex}}
+            where = {"age": {"between": band}, "sex": {"eq": sex}}  # a box of the public domain
             specs += [
                 {"type": "mean", "column": "hpw", "where": where},
                 {"type": "mean", "column": "edu", "where": where},
