@@ -19,21 +19,26 @@ mean of y over S  1_S and y . 1_S: the count n and the sum n * mean. The sum is 
 quantiles         1_S (n), and each quantile q's sides S and y < q, S and y > q: np.quantile
                   interpolates, so a quantile strictly between two adjacent values says
                   exactly how many records lie below it (audited as those sets whether or not
-                  it interpolates); the values themselves are order statistics, not linear:
-                  covered by the allowed probabilities and t records strictly on each side
+                  it interpolates). The values are order statistics, not linear: the quantile
+                  at p is x_(k) + f (x_(k+1) - x_(k)) with k = floor((n - 1) p) and f its
+                  fraction (numpy's "linear" method, Hyndman and Fan's type 7), and two such
+                  releases solve for the pair (38.2 at f = 0.1 and 38.5 at f = 0.25 give 38
+                  and 40). They are audited as released values: both order statistics are
+                  taken as known, so a value of the set's definition strictly between them is
+                  held by no record of the set, a zero cell, refused as acro refuses empty
+                  cells (``Evaluated.order_gap``); besides, t records strictly on each side
 frequency table   1_cell for every cell (cell = S and the row level and the column level)
 magnitude table   1_cell and y . 1_cell per cell (a cell mean is taken to release its count too)
-min, max          nothing: never released
-regression        n = 1_S and the sums its coefficients are built from, X^T 1_S, X^T X and
-                  X^T y: for a discrete predictor (at most ``DISCRETE_LEVELS`` values in S)
-                  each level's subgroup 1_{S, x = v} is a query set (exact for a binary x,
-                  whose intercept and slope are the two subgroup means); for a numeric
-                  predictor x the weighted set x . 1_S; the outcome y weighs every one of
-                  those query sets (y . 1_S, y . 1_{S, x = v}: a two-valued outcome's subgroup
-                  means are counts); and the products X^T X and X^T y hold that the query sets
-                  do not span, as weighted functionals (x1*x2) . 1_S: every pair of predictors
-                  (two discrete ones' product is a combination of their cross cells), x^2 and
-                  x y for a numeric x (``_products``)
+min, max          nothing: never run (a spec error, decided on the spec alone)
+regression        n = 1_S and the sums its coefficients are built from (its sufficient
+                  statistics), X^T 1_S, X^T X and X^T y: the weighted sets x . 1_S for every
+                  predictor x, y . 1_S, and the products as weighted functionals
+                  (x1*x2) . 1_S for every pair of predictors, x^2 and x y for every x
+                  (``_products``). Each predictor enters the fit as one numeric column, so
+                  these are all the coefficients are computed from; the audit, which splits
+                  the atoms by the weights' values, finds what they pin: a binary x's two
+                  subgroup counts and sums (intercept and slope are the two subgroup means),
+                  a three-valued x's level counts (x^0, x^1, x^2 over three values)
 ================  ===========================================================================
 
 A future statistic names its functionals here, beside its evaluation; a non-linear one also
@@ -65,7 +70,9 @@ _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
 MAX_TABLE_CELLS = 1000  # larger tables are refused before they are computed
-DISCRETE_LEVELS = 20  # a predictor with at most this many distinct values is treated as categorical
+# the quantile probabilities an analysis may ask for (``Rules.quantile_probabilities``): 0 and 1 are
+# the minimum and the maximum, and steps of 1 / (n - 1) would return every value of the set
+QUANTILE_PROBABILITIES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
 class AnalysisError(BadInput, ValueError):
@@ -96,12 +103,15 @@ class Evaluated:
     # a released sum or mean over a set of two or more records that all share the value, where the
     # set's definition admits other values: the release shows a whole group sharing a value
     shared_value: str | None = None
+    # a released quantile's order statistics leave a value of the set's definition between them
+    # that no record of the set holds (module docstring): a zero cell
+    order_gap: str | None = None
     never_release: str | None = None  # a rule that forbids this kind outright
     # quantiles: the probabilities asked for, and records strictly below / above each quantile
     probabilities: list[float] = field(default_factory=list)
     quantile_sides: list[tuple[int, int]] = field(default_factory=list)
     # regressions: the largest leverage h_ii, and the fewest records sharing one value of a
-    # discrete predictor (at most DISCRETE_LEVELS distinct values in the query set)
+    # binary predictor (two values in the query set: each value's group has its own fitted mean)
     max_leverage: float | None = None
     rarest_predictor_value: int | None = None
 
@@ -199,10 +209,31 @@ def _shared_value(
     return None
 
 
-def evaluate(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None) -> Evaluated:
+def check_spec(spec: dict, probabilities: tuple[float, ...] = QUANTILE_PROBABILITIES) -> None:
+    """Raise :class:`AnalysisError` (not data-dependent) for a spec the rules refuse whatever the
+    records hold: a minimum or maximum (a single record's value), a quantile probability outside
+    ``probabilities``. Such a refusal tells nothing about the data, so it is no refusal: it starts
+    no cool-down and counts against nobody's budget (``service``)."""
+    kind = spec.get("type")
+    if kind in ("min", "max"):
+        raise AnalysisError(f"a {kind}imum is a single record's value and is never released")
+    if kind == "quantiles":
+        for p in spec.get("probabilities", []):
+            if not 0 < p < 1 or not any(abs(p - allowed) < 1e-12 for allowed in probabilities):
+                raise AnalysisError(f"quantile probability {p} is not one of {list(probabilities)}")
+
+
+def evaluate(
+    spec: dict,
+    data: pd.DataFrame,
+    domain: PublicDomain | None = None,
+    allowed_probabilities: tuple[float, ...] = QUANTILE_PROBABILITIES,
+) -> Evaluated:
     """Interpret ``spec`` on ``data``. ``domain``: the public attribute domain definitions and table
-    levels are taken from (``public_domain``; the server always gives one)."""
+    levels are taken from (``public_domain``; the server always gives one).
+    ``allowed_probabilities``: the quantile probabilities the rules allow (``check_spec``)."""
     validate(spec, data)
+    check_spec(spec, allowed_probabilities)
     mask = selection(spec, data)
     subset = data[mask]
     kind = spec["type"]
@@ -234,6 +265,7 @@ def evaluate(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None)
         values = subset[column].to_numpy(dtype=float)
         quantiles = np.quantile(values, probabilities).tolist() if len(values) else []
         sides = [(int((values < q).sum()), int((values > q).sum())) for q in quantiles]
+        gap = _order_gap(values, probabilities, admits.get(column, domains[column]))
         query_sets, definitions = _quantile_sides(mask, data[column], quantiles, admits, domains, column)
         return Evaluated(
             kind,
@@ -243,18 +275,32 @@ def evaluate(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None)
             definitions=described + definitions,
             probabilities=[float(p) for p in probabilities],
             quantile_sides=sides,
-        )
-    if kind in ("min", "max"):
-        return Evaluated(
-            kind,
-            {},
-            query_sets=[mask],
-            definitions=described,
-            never_release=f"a {kind}imum is a single record's value and is never released",
+            order_gap=gap,
         )
     if kind == "regression":
         return _regression(spec, data, mask, admits, domains)
     raise AnalysisError(f"unknown analysis type {kind!r}")  # the schema makes this unreachable
+
+
+def _order_gap(values: np.ndarray, probabilities: list[float], possible: list) -> str | None:
+    """Whether a quantile's order statistics show an empty cell (module docstring): numpy's linear
+    method gives x_(k) + f (x_(k+1) - x_(k)), k = floor((n - 1) p); both order statistics it uses
+    are taken as released, and a value the set's definition admits strictly between x_(k) and
+    x_(k+1) is then held by no record of the set."""
+    if not len(values):
+        return None
+    ordered = np.sort(values)
+    admitted = np.array(sorted(float(v) for v in possible))
+    for p in probabilities:
+        k = int(np.floor((len(ordered) - 1) * p))
+        low, high = ordered[k], ordered[min(k + 1, len(ordered) - 1)]
+        between = int(((admitted > low) & (admitted < high)).sum())
+        if between:
+            return (
+                f"the order statistics of the {p} quantile, {low:g} and {high:g}, are adjacent in the "
+                f"set: {between} value(s) between them are held by no record"
+            )
+    return None
 
 
 def _quantile_sides(
@@ -389,8 +435,7 @@ def _regression(
 ) -> Evaluated:
     """Ordinary least squares with an intercept, by numpy's lstsq. What it reveals (module
     docstring): n, and the sums X^T 1_S, X^T X, X^T y its coefficients are built from; audited as
-    the query set S, each level's subgroup of S for a discrete predictor, x . 1_S for a numeric
-    one, and y . Q for each of those query sets Q."""
+    the query set S and the weighted sets x . 1_S, y . 1_S and the products (``_products``)."""
     subset = data[mask]
     predictors = spec["predictors"]
     y = subset[spec["outcome"]].to_numpy(dtype=float)
@@ -400,27 +445,9 @@ def _regression(
     coefficients = np.linalg.lstsq(x, y, rcond=None)[0].tolist() if len(subset) else []
     names = ["intercept", *predictors]
     query_sets, definitions = [mask], [definition(admits, domains)]
-    weighted: list[tuple[int, str]] = []
-    sums = [spec["outcome"]]
-    numeric: list[str] = []
-    for predictor in predictors:
-        levels = pd.unique(subset[predictor])
-        if 0 < len(levels) <= DISCRETE_LEVELS:
-            column = data[predictor].to_numpy()
-            for level in sorted(levels, key=_label):
-                query_sets.append(mask & (column == level))
-                definitions.append(definition(admits, domains, {predictor: level}))
-        else:
-            weighted.append((0, predictor))
-            sums.append(predictor)
-            numeric.append(predictor)
-    weighted += [(index, spec["outcome"]) for index in range(len(query_sets))]
-    weighted += [(0, PRODUCT.join(pair)) for pair in _products(predictors, numeric, spec["outcome"])]
-    shared = None
-    for index, query_set in enumerate(query_sets):
-        shared = _shared_value(query_set, data, sums if index == 0 else [spec["outcome"]], admits, domains)
-        if shared:
-            break
+    weighted = [(0, predictor) for predictor in predictors] + [(0, spec["outcome"])]
+    weighted += [(0, PRODUCT.join(pair)) for pair in _products(predictors, spec["outcome"])]
+    shared = _shared_value(mask, data, [spec["outcome"], *predictors], admits, domains)
     return Evaluated(
         "regression",
         {"coefficients": dict(zip(names, coefficients, strict=False)), "n": len(subset), "residual_dof": dof},
@@ -430,18 +457,17 @@ def _regression(
         weighted=weighted,
         shared_value=shared,
         max_leverage=_max_leverage(x),
-        rarest_predictor_value=_rarest_discrete_value(subset, predictors),
+        rarest_predictor_value=_rarest_binary_value(subset, predictors),
     )
 
 
-def _products(predictors: list[str], numeric: list[str], outcome: str) -> list[tuple[str, str]]:
-    """The products of columns whose sums over S a regression releases and its query sets do not
-    already span: X^T X's x_j x_l for every pair of predictors (for two discrete predictors a
-    combination of their cross cells: with the margins and a few cells, the coefficients give a
-    cross cell of fewer than t records), x^2 for a numeric x, and X^T y's x y for a numeric x (for
-    a discrete x, x y is a combination of y . 1_{S, x = v})."""
+def _products(predictors: list[str], outcome: str) -> list[tuple[str, str]]:
+    """The products of columns whose sums over S a regression releases: X^T X's x_j x_l for every
+    pair of predictors (for two discrete predictors a combination of their cross cells: with the
+    margins and a few cells, the coefficients give a cross cell of fewer than t records) and x^2
+    for every x, and X^T y's x y for every x."""
     pairs = list(itertools.combinations(predictors, 2))
-    pairs += [(x, x) for x in numeric] + [(x, outcome) for x in numeric]
+    pairs += [(x, x) for x in predictors] + [(x, outcome) for x in predictors]
     return pairs
 
 
@@ -456,12 +482,15 @@ def _max_leverage(x: np.ndarray) -> float:
     return float((basis**2).sum(axis=1).max())
 
 
-def _rarest_discrete_value(subset: pd.DataFrame, predictors: list[str]) -> int | None:
-    """Fewest records holding one value of a discrete predictor (None when none is discrete): a
-    value held by one record gives it its own coefficient-determined fit."""
+def _rarest_binary_value(subset: pd.DataFrame, predictors: list[str]) -> int | None:
+    """Fewest records holding one value of a binary predictor (two values in the set; None when
+    there is none): the group holding a value of a binary x has its own fitted mean (intercept,
+    intercept plus slope), so a value held by one record gives that record's outcome. A predictor
+    with more values gives no group its own coefficient (a rare value's records are points of
+    one line), and what its sums pin the audit finds (module docstring)."""
     rarest = None
     for predictor in predictors:
         counts = subset[predictor].value_counts()
-        if 0 < len(counts) <= DISCRETE_LEVELS:
+        if len(counts) == 2:
             rarest = int(counts.min()) if rarest is None else min(rarest, int(counts.min()))
     return rarest

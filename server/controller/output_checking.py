@@ -10,16 +10,23 @@ and the decisions equal acro's on the same tables (``tests/server/controller/tes
 * p-percent (acro's p-ratio), p = 0.1: (total - two largest) / largest must be at least 0.1;
 * dominance is undefined with negative contributions: refused (acro asks for a human review);
 * regressions need at least ``dof_threshold`` = 10 residual degrees of freedom;
-* minima and maxima are single records' values and are never released;
-* quantiles (beyond acro): only probabilities in ``quantile_probabilities`` (all strictly inside
-  (0, 1); 0 and 1 are the minimum and maximum), and each quantile needs ``threshold`` records
-  strictly below it and strictly above it (otherwise a set of quantiles at steps of 1/(n-1)
-  returns every value of the query set);
+* minima and maxima are single records' values and are never released; quantiles (beyond acro)
+  only at probabilities in ``quantile_probabilities`` (all strictly inside (0, 1); 0 and 1 are the
+  minimum and maximum, and steps of 1/(n-1) would return every value of the set). Both are
+  decided on the spec alone (``analyses.check_spec``): the analysis cannot run, which is no
+  refusal (it counts against nobody and starts no cool-down); they are repeated here for library
+  callers that evaluate without the server;
+* quantiles (beyond acro): each quantile needs ``threshold`` records strictly below it and
+  strictly above it, and its order statistics may not show an empty cell (``analyses``: the two
+  order statistics an interpolated quantile is computed from are taken as released; a value of
+  the set's definition between them is held by nobody in the set);
 * two-way frequency tables (the paper's rule, beyond acro): no cell above ``row_column_share``
   = 90 % of its row's or its column's total;
-* regressions (beyond acro): no leverage h_ii above ``max_leverage`` and no value of a discrete
-  predictor held by fewer than ``threshold`` records (a predictor value held by one record gives
-  that record its own exactly fitted parameter, so intercept plus slope is its outcome);
+* regressions (beyond acro): no leverage h_ii above ``max_leverage`` and no value of a binary
+  predictor held by fewer than ``threshold`` records (each value of a binary predictor has its own
+  fitted mean, intercept or intercept plus slope: held by one record, it is that record's
+  outcome). A predictor with three or more values gives no group its own coefficient; what its
+  sums pin (a three-valued predictor's level counts) the exact audit finds;
 * shared values (beyond acro, issue 22): a released sum or mean over two or more records that all
   hold the same value of its column, where the set's definition admits other values (a mean equal
   to the column's extreme over the set), shows a whole group sharing a value: a zero cell (the
@@ -39,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from petlab.server.controller.analyses import Evaluated
+from petlab.server.controller.analyses import QUANTILE_PROBABILITIES, Evaluated
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class Rules:
     nk_k: float = 0.9
     p_ratio: float = 0.1
     zeros_disclosive: bool = True
-    quantile_probabilities: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
+    quantile_probabilities: tuple[float, ...] = QUANTILE_PROBABILITIES
     max_leverage: float = 0.5
     rare_predictor_values: bool = True
     row_column_share: float = 0.9  # the paper's rule for two-way frequency tables
@@ -76,6 +83,8 @@ def check(evaluated: Evaluated, rules: Rules = Rules()) -> Decision:
         reasons.append(evaluated.never_release)
     if evaluated.shared_value and rules.shared_values_disclosive:
         reasons.append(f"zero cell: {evaluated.shared_value}")
+    if evaluated.order_gap:
+        reasons.append(f"zero cell: {evaluated.order_gap}")
     if evaluated.counts is not None:
         counts = evaluated.counts.to_numpy()
         small = int((counts < rules.threshold).sum())

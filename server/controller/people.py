@@ -19,9 +19,10 @@ threshold, binary-search those hours. The controller cannot make refusals say no
 defined by the confidential columns themselves), so it bounds how many a person gets:
 
 * each refusal (an abort that depends on the data: disclosure control, an analysis that cannot run
-  on these records, an internal failure; not a changed sequence, not a spec the public schema
-  rejects) is counted; after ``refusal_budget`` refusals the person is suspended until the data
-  owner lifts it (``petlab-server persons lift PERSON``);
+  on these records, an internal failure; not a changed sequence, not a spec the public schema or
+  the rules reject on the spec alone, ``analyses.check_spec``) is counted; after
+  ``refusal_budget`` refusals the person is suspended until the data owner lifts it
+  (``petlab-server persons lift PERSON``);
 * after each refusal the person waits ``cooldown_seconds`` before the next analysis;
 * at most ``analyses_per_day`` analyses per rolling 24 hours;
 * these are checked when a session opens and again at every ``Next``; a person has one open

@@ -60,7 +60,15 @@ what refusals tell (``service``: each refusal is a bit, bounded per person).
 When the audit cannot finish (the kept basis would exceed ``max_entries`` numbers, V's basis
 ``max_entries`` or ``max_work`` operations to search, or the search its node budget) it refuses: a
 long history of fine-grained releases eventually stops releasing, which costs utility, never
-privacy. These caps are the only place where the incremental and the batch audit can decide
+privacy.
+
+The search is incremental (:meth:`ReleaseAudit._decide`): once the kept V has been searched with no
+small group found, a check searches only the blocks of the new V that the old one does not contain
+(none when V keeps its dimension), at most ``search_work_cap`` units per prime; a check whose
+changed blocks would cost more is refused before any search. So one check's search costs at most
+the cap, however long the history: one person's fine-grained history slows nobody else's decision,
+it makes later releases that would enlarge a large V refused instead (utility, never privacy).
+These caps are the only place where the incremental and the batch audit can decide
 differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
 little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
 (k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)
@@ -89,7 +97,7 @@ from petlab.server.controller.modular import (
     times_bits,
 )
 from petlab.server.controller.reduced_basis import ReducedBasis
-from petlab.server.controller.small_groups import SearchBudget, find_group
+from petlab.server.controller.small_groups import SearchBudget, blocks, find_group
 
 SUPPORT_SAMPLES = 3
 SPAN_MARGIN = 8
@@ -142,6 +150,10 @@ class ReleaseAudit:
     max_entries: int = 25_000_000  # numbers in the kept basis (rank x atoms), or the space on the small atoms
     max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
     search_budget: int = 20_000
+    # per prime, the most one check may search once V is certified (``small_groups``' unit, the
+    # sum over search nodes of d^2 x support, and the nodes): about a second per prime on the
+    # 5,000-record sample, loaded (1.35e8 units took 1.2 to 1.6 s over two primes)
+    search_work_cap: float = 8e7
     n_primes: int = 2
     _bits: np.ndarray = field(init=False, repr=False)
     _weights: list[str | None] = field(init=False, repr=False)
@@ -153,6 +165,11 @@ class ReleaseAudit:
     _denominators: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _bases: dict[int, ReducedBasis] = field(init=False, default_factory=dict, repr=False)
     _pending: tuple | None = field(init=False, default=None, repr=False)
+    # the kept V has been searched and holds no small group (``_decide``): a check then searches
+    # only the blocks of the new V that the old one does not contain
+    _certified: bool = field(init=False, default=True, repr=False)
+    _cleared: tuple | None = field(init=False, default=None, repr=False)  # the forms a check passed
+    search_work: float = field(init=False, default=0.0)  # the last check's search: nodes + sum d^2 w
 
     def __post_init__(self) -> None:
         n = len(self.data)
@@ -207,6 +224,10 @@ class ReleaseAudit:
             self._validate(functional)
         atoms = self._refined(functionals)
         pending, self._pending = self._pending, None
+        cleared, self._cleared = self._cleared, None
+        self._certified = (
+            cleared is not None and cleared[0] == _key(functionals) and np.array_equal(cleared[1], atoms)
+        )
         if pending is not None and pending[0] == _key(functionals) and np.array_equal(pending[1], atoms):
             self._bases = pending[2]
         else:
@@ -236,7 +257,9 @@ class ReleaseAudit:
             self._validate(functional)
         atoms = self._refined(functionals)
         sizes = np.bincount(atoms)
+        self.search_work = 0.0
         if not (sizes < self.threshold).any():
+            self._passed(functionals, atoms)
             return None
         try:
             bases = self._extended(functionals, atoms, capped=True)
@@ -246,11 +269,21 @@ class ReleaseAudit:
                 f"exceed {self.max_entries} numbers"
             )
         self._pending = (_key(functionals), atoms, bases)
+        old_of_new = self._atoms[_representatives(atoms)]
         for p in self.primes:
-            finding = self._decide(bases[p], sizes, p)
+            finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None)
             if finding is not None:
                 return finding
+        self._passed(functionals, atoms)
         return None
+
+    def _passed(self, functionals: list[Functional], atoms: np.ndarray) -> None:
+        """Note that ``functionals`` passed over ``atoms``: recorded next, the kept V is certified;
+        with nothing new, it is certified now."""
+        if functionals:
+            self._cleared = (_key(functionals), atoms)
+        elif np.array_equal(atoms, self._atoms):
+            self._certified = True
 
     def ranks_with(self, functionals: list[Functional], atoms: np.ndarray) -> dict[int, int]:
         """Each prime's rank of the released forms with ``functionals`` added, over ``atoms`` (the
@@ -269,11 +302,29 @@ class ReleaseAudit:
         """Each prime's rank of everything released, over the atoms."""
         return {p: basis.rank for p, basis in self._bases.items()}
 
-    def _decide(self, basis: ReducedBasis, sizes: np.ndarray, p: int) -> Finding | None:
-        """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support."""
+    def _decide(
+        self, basis: ReducedBasis, sizes: np.ndarray, p: int, old_of_new: np.ndarray | None = None
+    ) -> Finding | None:
+        """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support.
+
+        Incremental (``old_of_new``: each new atom's old atom, given when the kept V is certified,
+        that is searched with no small group found). Atoms only split, so the old V, its columns
+        copied to the pieces, lies in the new one (its vectors still vanish on every large atom,
+        whose pieces are large or small, never the reverse), and each of its 0/1 vectors is one of
+        the old ones with the same number of records. A minimal 0/1 vector of V lies in one block
+        of V (rows that share no atom: ``small_groups.blocks``). So only the blocks of the new V
+        that the old V does not contain can hold a new small group: the others are not searched.
+        With no new dimension in V (a release that only splits atoms, or whose forms have a
+        pivot on a large atom) nothing is searched; the search's cost is that of the blocks the
+        release changes, not of the whole history."""
         vanishing = basis.vanishing_on_large()
         if not len(vanishing):
             return None
+        old = None
+        if old_of_new is not None:
+            old = self._bases[p].vanishing_on_large()
+            if len(old) == len(vanishing):
+                return None  # V is the old V over the refined atoms
         support = np.flatnonzero(vanishing.any(axis=0))
         if not len(support):
             return None
@@ -285,16 +336,54 @@ class ReleaseAudit:
                 f"group of {self.threshold} or more records span {len(vanishing)} dimensions over "
                 f"{len(support)} small atoms, beyond its memory or work cap"
             )
-        return self._search(_reduced(vanishing[:, support], p), sizes, support, p)
+        reduced = _reduced(vanishing[:, support], p)
+        if old is None or old_of_new is None:
+            return self._search(reduced, sizes, support, p)
+        kept = self._bases[p]
+        contained = _in_span(old, kept.pivots[~kept.large[kept.pivots]], old_of_new, p)
+        changed = []
+        for rows, columns in blocks(reduced):
+            full = np.zeros((len(rows), len(sizes)), dtype=np.int64)
+            full[:, support[columns]] = rows
+            if not contained(full):
+                changed.append((rows, columns))
+        if sum(float(len(rows)) ** 2 * len(columns) for rows, columns in changed) > self.search_work_cap:
+            return Finding(
+                f"the audit cannot certify the release: the blocks of combinations it changes span "
+                f"{sum(len(rows) for rows, _ in changed)} dimensions, beyond the search's cap of "
+                f"{self.search_work_cap:g} per check"
+            )
+        spent = self.search_work
+        for rows, columns in changed:
+            left = self.search_work_cap - (self.search_work - spent)
+            finding = self._search(rows, sizes, support[columns], p, left)
+            if finding is not None:
+                return finding
+        return None
 
-    def _search(self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int) -> Finding | None:
+    def _search(
+        self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int, work: float | None = None
+    ) -> Finding | None:
+        """``small_groups.find_group`` on ``basis`` (V's reduced form on ``support``), at most
+        ``work`` units of it (``max_work`` when None); past it the release is refused."""
+        counter = [0, 0.0]
         try:
-            found = find_group(basis, sizes[support], self.threshold, p, self.search_budget, self.max_work)
+            found = find_group(
+                basis,
+                sizes[support],
+                self.threshold,
+                p,
+                self.search_budget,
+                self.max_work if work is None else work,
+                counter,
+            )
         except SearchBudget:
             return Finding(
                 f"the audit cannot certify the release: the search for a determined group of fewer "
                 f"than {self.threshold} records needed more than its budget of steps or work"
             )
+        finally:
+            self.search_work += counter[0] + counter[1]
         if found is None:
             return None
         size = int(sizes[support][found].sum())
@@ -498,6 +587,31 @@ def _reduced(rows: np.ndarray, p: int) -> np.ndarray:
     if len(ordered) and np.all(np.diff(leads) > 0) and np.array_equal(ordered[:, leads], np.eye(len(leads))):
         return ordered
     return rref(rows, p)[0]
+
+
+def _representatives(atoms: np.ndarray) -> np.ndarray:
+    """Each atom's first record."""
+    out = np.empty(int(atoms.max()) + 1 if len(atoms) else 0, dtype=np.int64)
+    out[atoms[::-1]] = np.arange(len(atoms))[::-1]
+    return out
+
+
+def _in_span(old: np.ndarray, pivots: np.ndarray, old_of_new: np.ndarray, p: int):
+    """A test of whether rows over the new atoms lie in the span of ``old`` (rows over the old
+    atoms, reduced: identity on their ``pivots``) with its columns copied to the pieces: x lies in
+    it exactly when x - x[P] R = 0, R the copied rows and P one piece of each pivot (where R is
+    still the identity)."""
+    copied = old[:, old_of_new]
+    piece = np.full(old.shape[1], -1, dtype=np.int64)
+    piece[old_of_new[::-1]] = np.arange(len(old_of_new))[::-1]
+    at = piece[pivots]
+
+    def contained(rows: np.ndarray) -> bool:
+        if not len(old):
+            return not rows.any()
+        return not ((rows - matmul(rows[:, at] % p, copied, p)) % p).any()
+
+    return contained
 
 
 def _key(functionals: list[Functional]) -> tuple:

@@ -1,7 +1,8 @@
-"""Everything released on one data set, and the decision on the next analysis (issue 22).
+"""Everything released on one data set, and the decision on the next analysis.
 
 One history for all analysts: whatever one of them receives, all may know. The decision on an
-analysis, in order (the first reason wins; reasons state exact figures and go to the log only):
+analysis, in order (the first reason wins; reasons state exact figures and go to the log only;
+:meth:`ReleaseHistory.verdicts` gives every rule's):
 
 1. output checking (``output_checking``): the analysis alone;
 2. empty cells shown by equal sets: a new query set whose records are exactly those of a set
@@ -9,16 +10,33 @@ analysis, in order (the first reason wins; reasons state exact figures and go to
    values each column admits, ``analyses.definition``) shows that the records admitted by one
    definition and not the other are none: a zero cell, refused as acro refuses empty table cells.
    count(occ = 5) equal to count(occ = 5 and sex = 2) says that everyone in occupation 5 is a
-   woman. (Empty regions that only three or more sets reveal are not detected.)
-3. pairwise query-set-size control (``query_set_control``);
+   woman. (Empty regions that only three or more sets reveal are left to step 5.)
+3. trackers and swaps (``query_set_control``): a set that differs from one released before by
+   1 to t - 1 records on one side and fewer than t on the other;
 4. the exact audit of all released functionals (``release_audit``): no group of 1 to t - 1
    records may have its count or sums determined;
-5. regions of the public domain (``region_audit``, issue 30, with a ``PublicDomain``): no release
-   may show a linear relation on regions that hold no record which the domain does not imply
-   (three or more sets showing an empty region, equal counts over definitions that select
-   different cells of the domain).
+5. regions of the public domain (``region_audit``, with a ``PublicDomain``): no release may show
+   a linear relation on regions that hold no record which the domain does not imply (three or
+   more sets showing an empty region, equal counts over definitions that select different cells
+   of the domain).
 
-Released rows are deduplicated (issue 30): a row equal to one released before (same records,
+What a refusal tells (simulatable auditing, Kenthapadi, Mishra and Nissim, PODS 2005). A rule that
+decides from public information only (the domain, the definitions, what was released) tells the
+analyst nothing: it decides the same on every data set that agrees with the earlier answers. A
+threshold on a figure the release itself would show cannot do that (acro's small-cell rule refuses
+a cell of t - 1 records and releases one of t, and two neighbouring data sets may give exactly
+those); but each rule here refuses, on one of two neighbouring data sets that agree on every
+earlier answer, only where the refused release would have shown what the rule protects: a set of
+fewer than t records, a determined group of 1 to t - 1 records, an empty region, a swap
+(``tests/server/controller/test_simulatable_refusals.py``, against an exact-rational oracle). A
+rule that refused one-sided differences (9 records on one side, 1,798 on the other) broke this:
+its refusal fell on one neighbour only, where releasing showed no exact value, so the position of
+one refusal in a session spelled out a record's value; it refuses trackers and swaps only.
+Spec-only rules (a minimum, a quantile probability the rules do not allow, a table whose public
+domain has more than 1,000 cells) are decided before the data is read (``analyses.check_spec``)
+and are no refusals: nothing is counted against the person.
+
+Released rows are deduplicated: a row equal to one released before (same records,
 weight and definition) adds nothing to what is known, so repeating an analysis adds nothing to the
 history, its storage or the audit's cost.
 
@@ -32,7 +50,7 @@ rank costs (rows x rank x atoms), not a rebuild per row.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +89,7 @@ class ReleaseHistory:
     data: pd.DataFrame
     rules: Rules = field(default_factory=Rules)
     audit: ReleaseAudit | None = None
-    domain: PublicDomain | None = None  # with it, the region audit (module docstring, step 3)
+    domain: PublicDomain | None = None  # with it, the region audit (module docstring, step 5)
     regions: bool = True  # the region audit's switch (tests turn it off to show the attacks)
     _definitions: dict[bytes, set[str]] = field(init=False, default_factory=dict, repr=False)
     _seen: set[tuple[bytes, str | None, str]] = field(init=False, default_factory=set, repr=False)
@@ -108,34 +126,45 @@ class ReleaseHistory:
         return out
 
     def refusal(self, evaluated: Evaluated) -> str | None:
-        """Why ``evaluated`` may not be released now (module docstring), or None."""
+        """Why ``evaluated`` may not be released now (module docstring), or None: the first rule
+        that refuses, in the module docstring's order (later rules are not run)."""
+        for reason in self._rules(evaluated):
+            if reason:
+                return reason
+        return None
+
+    def verdicts(self, evaluated: Evaluated) -> dict[str, str | None]:
+        """Every rule's decision on ``evaluated`` (its reason, or None), each run whatever the
+        others decide: what the simulatability test compares between neighbouring data sets."""
+        names = ["output checking", "zero cell", "tracker or swap", "exact audit", "empty region"]
+        return dict(zip(names, self._rules(evaluated), strict=True))
+
+    def _rules(self, evaluated: Evaluated) -> Iterator[str | None]:
+        """Each rule's reason or None, in order, lazily (a caller may stop at the first reason)."""
         assert self.audit is not None
         decision = check(evaluated, self.rules)
-        if not decision.release:
-            return "output checking: " + "; ".join(decision.reasons)
+        yield None if decision.release else "output checking: " + "; ".join(decision.reasons)
         rows = self.fresh(released_functionals(evaluated))
         empty = self._empty_cell(rows)
-        if empty:
-            return f"zero cell: {empty}"
+        yield f"zero cell: {empty}" if empty else None
         control = QuerySetControl(len(self.data), self.rules.threshold, self.audit.released_bits())
         sets = [np.frombuffer(row.members, dtype=np.uint8) for row in rows if row.weight is None]
         violation = control.violation_packed(np.stack(sets)) if sets else None
-        if violation:
-            return f"query-set-size control: {violation}"
+        yield f"query-set-size control: {violation}" if violation else None
         functionals = [_functional(row) for row in self._new_rows(rows)]
         finding = self.audit.check(functionals)
-        if finding:
-            return f"query-set-size control: exact audit: {finding.reason}"
-        if self.region_audit is not None and self.regions and rows:
-            atoms = self.audit._refined(functionals)  # rows seen before split no atom
-            try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
-                ranks = self.audit.ranks_with(functionals, atoms)
-            except BasisCapacity:
-                return "empty region: the region audit cannot certify the release: the record basis is full"
-            region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
-            if region:
-                return f"empty region: {region}"
-        return None
+        yield f"query-set-size control: exact audit: {finding.reason}" if finding else None
+        if self.region_audit is None or not self.regions or not rows:
+            yield None
+            return
+        atoms = self.audit._refined(functionals)  # rows seen before split no atom
+        try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
+            ranks = self.audit.ranks_with(functionals, atoms)
+        except BasisCapacity:
+            yield "empty region: the region audit cannot certify the release: the record basis is full"
+            return
+        region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
+        yield f"empty region: {region}" if region else None
 
     def record(self, evaluated: Evaluated) -> list[Released]:
         """Add a released analysis; returns the rows to store (those not released before)."""

@@ -338,7 +338,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
         try:
-            evaluated = evaluate(spec, self._data, self._domain)
+            evaluated = evaluate(spec, self._data, self._domain, self._rules.quantile_probabilities)
         except AnalysisError as exc:  # our own sentence, stated without figures of the data
             self._cannot_run(session, position, context, exc, exc.data_dependent)
         except Exception:  # never Python's message to the analyst; the session ends cleanly

@@ -48,14 +48,30 @@ class SearchBudget(PetlabError):
 
 
 def find_group(
-    rows: np.ndarray, sizes: np.ndarray, t: int, p: int, budget: int = 20_000, work: float = 2e9
+    rows: np.ndarray,
+    sizes: np.ndarray,
+    t: int,
+    p: int,
+    budget: int = 20_000,
+    work: float = 2e9,
+    spent: list | None = None,
 ) -> np.ndarray | None:
     """Columns of a 0/1 vector of the row space of ``rows`` (mod p) whose ``sizes`` total 1 to
     t - 1, or None if there is none. Raises :class:`SearchBudget` past ``budget`` nodes or ``work``
-    (the sum over nodes of d^2 w, their reductions' cost)."""
+    (the sum over nodes of d^2 w, their reductions' cost). ``spent``: a list [nodes, work] that the
+    search's own nodes and work are added to (the caller's account)."""
     if t < 2:
         return None
     counter = [0, 0.0, work]
+    try:
+        return _find(rows, sizes, t, p, budget, counter)
+    finally:
+        if spent is not None:
+            spent[0] += counter[0]
+            spent[1] += counter[1]
+
+
+def _find(rows, sizes, t, p, budget, counter) -> np.ndarray | None:
     sizes = np.asarray(sizes, dtype=np.int64)
     for block_rows, block_columns in blocks(np.asarray(rows, dtype=np.int64) % p):
         found = _search(block_rows, sizes[block_columns], t, p, counter, budget)

@@ -1,9 +1,11 @@
-"""Issue 30, point 4: the controller's caution on a benign workload, measured and kept current.
+"""The controller's caution on two benign workloads, measured and kept current.
 
-The committed table (``results/controller_caution.csv``, quoted by the controller-audit page) must be
-what the code decides today, analysis by analysis; the controller never releases what acro's own
-rules refuse. With the history's checks switched off (``ReleaseHistory.refusal`` returning None) the
-11 refused analyses turn released and this test fails: the figure follows the controller, not a constant."""
+The committed table (``results/controller_caution.csv``, included by the controller-audit page) must
+be what the code decides today, analysis by analysis, reason by reason; the controller never
+releases what acro's own rules refuse, and releases at least 90 % of what they release on each
+workload. With the history's checks switched off (``ReleaseHistory.refusal`` returning output
+checking's reason only) the two exact-audit refusals turn released and this test fails; with the
+pairwise rule on one-sided differences the shares fall to 16 of 23 and 21 of 32 (70 %, 66 %)."""
 
 from __future__ import annotations
 
@@ -37,4 +39,6 @@ def test_the_committed_caution_table_is_what_the_controller_decides(sample):
     for row in rows:  # acro's rules are part of the controller's decision
         if row["acro"] == "refused":
             assert row["controller"] != "released", row
-    assert sum(row["controller"] == "released" for row in rows) >= len(rows) // 2
+    for name, analyses, acro, ours, _ in controller_caution.summary(rows):
+        assert analyses >= 26 and ours >= 0.9 * acro, name
+    assert sum(row["workload"] == "papers" for row in rows) >= 30

@@ -70,13 +70,14 @@ def confidential(server) -> str:
 
 
 def test_disclosive_output_aborts_and_hides_the_rest(channel, server, caplog):
-    document = prepare([GOOD[0], {"type": "max", "column": "hpw"}, GOOD[1]], ANALYST)
+    small = {"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}
+    document = prepare([GOOD[0], small, GOOD[1]], ANALYST)
     out = io.StringIO()
     with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(document, channel, out=out) == 3
     assert "analysis 2: ABORTED" in out.getvalue() and "withheld: disclosure control" in out.getvalue()
-    assert "single record" not in out.getvalue() and "single record" in confidential(server)
-    assert "single record" not in caplog.text  # the ordinary log names the category only
+    assert "fewer than 10" not in out.getvalue() and "fewer than 10" in confidential(server)
+    assert "fewer than 10" not in caplog.text  # the ordinary log names the category only
     stub = controller_pb2_grpc.AnalysisControllerStub(channel)
     assert (
         status_of(stub.Next, controller_pb2.NextRequest(session_id="0" * 32, trace=b"\x00" * 64))
@@ -367,11 +368,13 @@ def test_four_set_tracker_is_refused(channel, server, caplog):
 )
 def test_quantiles_cannot_return_records(probabilities):
     """Attack: [0, 1] returned the minimum and maximum that min/max refuse, and [0, 1/9, ..., 1] on
-    a 10-record set returned all ten values."""
+    a 10-record set returned all ten values. Decided on the spec alone: the analysis cannot run,
+    which is no refusal (the error says so: not data-dependent, so the service counts nothing)."""
     ten = DATA.index[DATA.age == 27][:10]
     frame = DATA.loc[ten] if probabilities[-1] == 1 and len(probabilities) == 10 else DATA
-    decision = check(evaluate({"type": "quantiles", "column": "hpw", "probabilities": probabilities}, frame))
-    assert not decision.release
+    with pytest.raises(AnalysisError, match="quantile probability") as refused:
+        evaluate({"type": "quantiles", "column": "hpw", "probabilities": probabilities}, frame)
+    assert not refused.value.data_dependent
 
 
 def test_quantiles_in_the_allowed_set_are_released():
@@ -465,7 +468,14 @@ def test_analysis_needs_registered_identities(serve, tmp_path):
         denied = status_of(stub.OpenSession, open_request(prepare(GOOD[:1], stranger)))
         assert denied == grpc.StatusCode.PERMISSION_DENIED
         out = io.StringIO()
-        assert run(prepare([{"type": "max", "column": "hpw"}], ANALYST), channel, out=out) == 3
+        assert (
+            run(
+                prepare([{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}], ANALYST),
+                channel,
+                out=out,
+            )
+            == 3
+        )
         # after an abort the identity waits out the cool-down
         waiting = status_of(stub.OpenSession, open_request(prepare(GOOD[:1], ANALYST)))
         assert waiting == grpc.StatusCode.FAILED_PRECONDITION

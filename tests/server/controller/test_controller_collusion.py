@@ -429,7 +429,7 @@ def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
         early = prepare([count, count], first)
         early_session = open_session(stub, early)
         assert reveal(stub, early_session, early, 1).WhichOneof("outcome") == "result_json"
-        later = prepare([{"type": "max", "column": "hpw"}], second)
+        later = prepare([{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}], second)
         later_session = open_session(stub, later)  # the same person: the earlier session closes
         assert status_of(reveal, stub, early_session, early, 2) == grpc.StatusCode.FAILED_PRECONDITION
         assert reveal(stub, later_session, later, 1).abort_reason  # withheld: the cool-down starts

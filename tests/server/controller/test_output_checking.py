@@ -123,9 +123,12 @@ def test_regression_degrees_of_freedom_match_acro(data, acro):
 
 
 def test_extremes_are_never_released(data):
+    """Decided on the spec alone: the analysis cannot run, and the error is not data-dependent, so
+    the service counts no refusal and starts no cool-down."""
     for kind in ("min", "max"):
-        decision = check(evaluate({"type": kind, "column": "hpw"}, data))
-        assert not decision.release and "single record" in decision.reasons[0]
+        with pytest.raises(AnalysisError, match="single record") as refused:
+            evaluate({"type": kind, "column": "hpw"}, data)
+        assert not refused.value.data_dependent
 
 
 def test_single_cell_statistics(data):
@@ -151,7 +154,7 @@ def test_classic_tracker_is_stopped(data):
     assert control.violation(first.query_sets) is None
     control.record(first.query_sets)
     reason = control.violation(second.query_sets)
-    assert reason is not None and f"differs from an earlier one by {target}" in reason
+    assert reason is not None and f"differs from an earlier one by 0 and {target} record(s)" in reason
 
 
 def test_query_set_size_rules():
@@ -166,10 +169,17 @@ def test_query_set_size_rules():
     control.record([big])
     overlapping = big.copy()
     overlapping[50:52] = True
-    assert "by 2 record(s)" in control.violation([overlapping])
+    assert "by 2 and 0 record(s)" in control.violation([overlapping])  # a tracker
+    swapped = big.copy()
+    swapped[[0, 1, 50, 51, 52]] = [False, False, True, True, True]
+    assert "by 3 and 2 record(s)" in control.violation([swapped])  # a swap
     shifted = np.zeros(100, dtype=bool)
     shifted[20:80] = True
     assert control.violation([shifted]) is None
+    one_sided = big.copy()
+    one_sided[:12] = False
+    one_sided[50:52] = True
+    assert control.violation([one_sided]) is None  # 2 records against 12: no exact value follows
 
 
 def test_specs_are_validated(data):
