@@ -143,7 +143,7 @@ class KnnRemote:
 
         try:  # a busy server's refusal (its retry hint) is asked again, as for a classification
             reply = self._when_not_busy(
-                lambda timeout: self.stub.RegisterKeys(chunks(), timeout=timeout), bar.reset
+                lambda timeout: self.stub.RegisterKeys(chunks(), timeout=timeout), upload.reset
             )
         finally:
             upload.close()

@@ -54,6 +54,10 @@ class StageLines:
     def update(self, n: int | float = 1) -> None:
         self.n += n
 
+    def reset(self) -> None:
+        """Start counting again (a step that is retried)."""
+        self.n = 0
+
     def set_postfix_str(self, stage: str = "", refresh: bool = True) -> None:
         if stage == self._stage or self.disable:
             return
