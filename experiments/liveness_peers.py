@@ -413,3 +413,34 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def floods(address: str, seconds: float = 6.0) -> Probe:
+    """Every flood at once for ``seconds`` (rapid reset on four connections, two ping floods, two
+    zero-window connections of unread controller calls, 1,100 idle connections, twenty silent
+    calls) while :func:`probe` calls ``Check`` and ``ListModels``; returns the probe's record."""
+    host, port = address.rsplit(":", 1)
+    target = (host, int(port))
+    held = idle_connections(*target, 1100)
+    silent = [silent_call(*target) for _ in range(20)]
+    describe = "/petlab.controller.v1.AnalysisController/Describe"
+    attacks = [lambda: rapid_reset(*target, seconds)] * 4 + [lambda: ping_flood(*target, seconds)] * 2
+    attacks += [lambda: unread_unary_calls(*target, describe, b"", seconds, 500)] * 2
+    stop, result = threading.Event(), Probe()
+    threads = [threading.Thread(target=probe, args=(address, stop, result), name="probe", daemon=True)]
+    threads += [threading.Thread(target=flood, name="flood", daemon=True) for flood in attacks]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(seconds)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=2 * PROBE_SECONDS + seconds + 5)
+            if thread.is_alive():
+                result.failures.append(f"{thread.name} still running after its stop")
+        for connection in silent:
+            connection.close()
+        for sock in held:
+            sock.close()
+    return result

@@ -11,6 +11,11 @@ about 5 s of imports, is most of a run's cost). A run *hangs* when the process i
 ``--grace`` + 5 s after SIGTERM, and *fails* when a health ``Check`` or ``ListModels`` missed its
 deadline during the attack (or a peer thread did not stop); a hung server's threads (name, state,
 kernel wait) are printed before it is killed. The last line gives runs, hangs, failures and the slowest exit.
+
+With ``--floods``, each run then meets every flood of ``tests/e2e/test_floods.py`` at once
+(``liveness_peers.floods``: rapid reset, ping floods, unread replies, 1,100 idle connections,
+silent calls) for ``--flood-seconds`` before the SIGTERM, and a probe that missed its deadline
+during them is a failure too.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from petlab.experiments.liveness_peers import attack, flip, liveness_server
+from petlab.experiments.liveness_peers import attack, flip, floods, liveness_server
 from petlab.experiments.server_process import ServerProcess
 
 EXIT_MARGIN_SECONDS = 5.0  # a server not gone within --grace + this after SIGTERM hangs
@@ -53,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=200, help="attacks, each on a fresh server process")
     parser.add_argument("--flips", type=int, default=40, help="health flips (SIGUSR1) during each attack")
     parser.add_argument("--grace", type=float, default=2.0, help="the server's --grace, in seconds")
+    parser.add_argument("--floods", action="store_true", help="also every flood at once in each run")
+    parser.add_argument("--flood-seconds", type=float, default=6.0, help="how long the floods last")
     parser.add_argument(
         "--work",
         type=Path,
@@ -79,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
             upcoming = start(repeat + 1) if repeat + 1 < args.runs else None
             try:
                 result = attack(server.address, flip(server), flips=args.flips, seed=repeat)
+                if args.floods:
+                    flooded = floods(server.address, args.flood_seconds)
+                    result.failures += [f"during the floods: {failure}" for failure in flooded.failures]
+                    result.calls += flooded.calls
                 exited = server.terminate(args.grace + EXIT_MARGIN_SECONDS)
                 stuck = server.threads() if exited is None else []
             finally:

@@ -4,8 +4,10 @@
 watcher): it records the status and wakes the watchers on the loop, and returns at once. ``Check``
 and ``List`` read the dict. Each ``Watch`` sends the current status, then the newest one after every change
 (statuses that changed during a send are coalesced); each send must be taken by the peer within
-``send_seconds``, or the call ends: a watcher that stops reading is dropped, never waited for, and
-holds at most a suspended coroutine and its HTTP/2 stream meanwhile. The messages and the
+``send_seconds``, or the call's coroutine is cancelled (logged): a watcher that stops reading is
+dropped, never waited for. No status can reach such a peer, so its HTTP/2 stream stays open on its
+connection (one of the connection's ``--max-streams-per-connection``) until the peer leaves or the
+connection's age limit ends it. The messages and the
 registration helper are grpc_health's generated ``health_pb2`` / ``health_pb2_grpc``, so clients
 see the standard protocol.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 
 import grpc
@@ -21,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from petlab.server.common.rpc_errors import CallRefused
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -99,10 +103,15 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
                         context.write(health_pb2.HealthCheckResponse(status=current)), self._send_seconds
                     )
                 except TimeoutError:
-                    raise CallRefused(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"the watcher did not take a status within {self._send_seconds:g} s",
-                    ) from None
+                    log.info(
+                        "dropped a health watcher (%s) that took no status in %g s",
+                        context.peer(),
+                        self._send_seconds,
+                    )
+                    # the call ends here (no status can reach a peer that does not read); its
+                    # stream stays on the connection until the peer or the connection's limits end it
+                    asyncio.current_task().cancel()
+                    await asyncio.sleep(0)
                 continue
             await changed.wait()
 

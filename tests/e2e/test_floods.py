@@ -39,13 +39,25 @@ from petlab.experiments.server_process import ServerProcess
 from petlab.plaindata import acs_sample_path
 
 GRACE = 2.0
+SECONDS = 4.0  # each flood's length
 EXIT_BOUND = GRACE + 5.0
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[ServerProcess]:
+    """One server for the floods in turn (each must leave it serving the next)."""
+    running = liveness_server(tmp_path_factory.mktemp("floods"), grace=GRACE)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
 @pytest.fixture
-def server(tmp_path) -> Iterator[ServerProcess]:
+def own_server(tmp_path) -> Iterator[ServerProcess]:
+    """A server of the test's own, for a test that stops it."""
     running = liveness_server(tmp_path / "server", grace=GRACE)
     try:
         yield running
@@ -101,25 +113,25 @@ def in_threads(*attacks: Callable[[], object]) -> Callable[[], None]:
 def test_rapid_reset_on_four_connections(server):
     """HEADERS then RST_STREAM at once on four connections (CVE-2023-44487) for 6 s."""
     host, port = "127.0.0.1", server.port
-    result = beside(server, in_threads(*[lambda: rapid_reset(host, port, 6.0)] * 4), 6.0)
+    result = beside(server, in_threads(*[lambda: rapid_reset(host, port, SECONDS)] * 4), SECONDS)
     assert_served(result)
-    assert_stops(server)
 
 
 def test_ping_flood_whose_acks_are_never_read(server):
     host, port = "127.0.0.1", server.port
-    result = beside(server, in_threads(*[lambda: ping_flood(host, port, 6.0)] * 2), 6.0)
+    result = beside(server, in_threads(*[lambda: ping_flood(host, port, SECONDS)] * 2), SECONDS)
     assert_served(result)
-    assert_stops(server)
 
 
-def test_a_hundred_zero_window_watchers_reconnecting(server):
-    """100 connections, each with one health Watch whose window is 0, reconnecting when dropped."""
+def test_a_hundred_zero_window_watchers_reconnecting_then_ctrl_c(own_server):
+    """100 connections, each with one health Watch whose window is 0, reconnecting when dropped;
+    then Ctrl-C ends the server (status 130) within --grace + 5 s."""
+    server = own_server
     host, port = "127.0.0.1", server.port
 
     def watchers() -> None:
         peers = [RawWatch(host, port, window=0) for _ in range(100)]
-        ends = time.monotonic() + 6.0
+        ends = time.monotonic() + SECONDS
         try:
             while time.monotonic() < ends:
                 for i, peer in enumerate(peers):
@@ -131,13 +143,13 @@ def test_a_hundred_zero_window_watchers_reconnecting(server):
             for peer in peers:
                 peer.close()
 
-    assert_served(beside(server, watchers, 6.0))
+    assert_served(beside(server, watchers, SECONDS))
     assert_stops(server, signal.SIGINT, 130)
 
 
 def test_replies_never_read_hold_bounded_memory(server):
     """Unary calls at 500 a second on two connections that announce a zero window (no reply can be
-    delivered), for 6 s: the server's memory grows by less than 64 MiB."""
+    delivered): the server's memory grows by less than 64 MiB."""
     host, port, path = "127.0.0.1", server.port, "/petlab.controller.v1.AnalysisController/Describe"
     before = rss_bytes(server.pid)
     sent: list[int] = []
@@ -150,7 +162,6 @@ def test_replies_never_read_hold_bounded_memory(server):
     grown = rss_bytes(server.pid) - before
     assert sum(sent) > 1000, sent
     assert grown < 64 << 20, f"the server grew by {grown >> 20} MiB"
-    assert_stops(server)
 
 
 def test_eleven_hundred_idle_connections_take_no_descriptor_the_server_needs(server):
@@ -167,7 +178,6 @@ def test_eleven_hundred_idle_connections_take_no_descriptor_the_server_needs(ser
     finally:
         for sock in held:
             sock.close()
-    assert_stops(server)
 
 
 def test_a_watch_whose_request_never_comes_holds_nothing(server):
@@ -185,12 +195,13 @@ def test_a_watch_whose_request_never_comes_holds_nothing(server):
     finally:
         for connection in silent:
             connection.close()
-    assert_stops(server)
 
 
-def test_a_second_server_on_the_same_port_or_directory_is_refused(server, tmp_path):
+def test_a_second_server_on_the_same_port_or_directory_is_refused_then_sigterm(own_server, tmp_path):
     """No port sharing: a second server on a served port fails to start (exit 1, the port named),
-    and so does a second server on a served data directory; the first serves on, undisturbed."""
+    and so does a second server on a served data directory; the first serves on, undisturbed,
+    and ends on SIGTERM (status 0) within --grace + 5 s."""
+    server = own_server
     flags = ["--analysis-data", str(acs_sample_path()), "--open-analysis"]
     second = _start(["--port", str(server.port), "--data-dir", str(tmp_path / "other"), *flags])
     assert second.returncode == 1, second.stderr
@@ -212,3 +223,9 @@ def _start(arguments: list[str]):
     return subprocess.run(
         [str(SERVER), "serve", "--grace", "1", *arguments], capture_output=True, text=True, timeout=120
     )
+
+
+def test_after_the_floods_sigterm_ends_the_server(server):
+    """Last in this module: the server that met the floods above (those run on this worker) ends on
+    SIGTERM within --grace + 5 s, status 0."""
+    assert_stops(server)
