@@ -19,6 +19,7 @@ import pandas as pd
 
 from petlab.experiments.link_model import crossover_rtt
 from petlab.experiments.link_relay import MBIT, PROFILES, LinkProfile
+from petlab.experiments.report import _save
 
 COLOURS = {"thermo": "C0", "fast": "C1", "paper": "C2", "paillier": "C3"}
 LABELS = {
@@ -59,18 +60,6 @@ def _typical(rows: pd.DataFrame):
     """The run whose model is the median of ``rows`` (the line's source)."""
     ordered = rows.sort_values("model_run_s")
     return ordered.iloc[len(ordered) // 2]
-
-
-def _footer(figure, machine: str) -> None:
-    figure.text(0.01, 0.005, machine, fontsize=6, color="0.35", wrap=True)
-
-
-def _save(figure, path: Path, machine: str) -> Path:
-    _footer(figure, machine)
-    figure.tight_layout(rect=(0, 0.05, 1, 1))
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
 def bandwidth_figure(frame: pd.DataFrame, out: Path, machine: str) -> Path | None:

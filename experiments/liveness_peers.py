@@ -49,27 +49,12 @@ class RawStream:
     ``end_stream``."""
 
     def __init__(self, host: str, port: int, window: int, path: str, message: bytes, end_stream: bool):
-        self.sock = socket.create_connection((host, port), timeout=5)
-        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
-        self.conn = h2.connection.H2Connection(config=config)
-        self.conn.local_settings = h2.settings.Settings(
-            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
-        )
-        self.conn.initiate_connection()
+        connection = RawConnection(host, port, window)
+        self.sock, self.conn = connection.sock, connection.conn
         stream = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(
-            stream,
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", path),
-                (":authority", f"{host}:{port}"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ],
-        )
+        self.conn.send_headers(stream, connection.headers(path))
         self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message, end_stream=end_stream)
-        self.sock.sendall(self.conn.data_to_send())
+        connection.flush()
         self.closed = threading.Event()
         self.ended_by_server = threading.Event()  # RST_STREAM, trailers or GOAWAY: the server let go
         self._reader = threading.Thread(target=self._read, name="raw-watch", daemon=True)
