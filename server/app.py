@@ -282,9 +282,7 @@ def load_models(options: ServerOptions, parts: int = 1) -> dict[str, HostedModel
             public_bounds=bounds,
         )
         split = model_parts(model, parts, explicit=options.partitions > 0)
-        compiled = load_or_compile(
-            model, model.circuit_config(), options.data_dir / "models", parts=split
-        )
+        compiled = load_or_compile(model, model.circuit_config(), options.data_dir / "models", parts=split)
         log.info(
             "model %s ready (%s algorithm, %s, %d PBS per query%s)",
             name,
