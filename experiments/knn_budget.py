@@ -188,6 +188,8 @@ def summary_table(summary: list[dict]) -> str:
     table = []
     for e in summary:
         ratio = f"{base[e['dataset']] / e['complexity']:.2f}x less" if e["dataset"] in base else ""
+        if e["global_p_error"] == 1e-4 and e["rounding"] == "exact":
+            ratio = "(baseline)"
         mark = "yes" if meets(e) else "no"
         if chosen.get(e["dataset"]) == e["global_p_error"] and e["rounding"] == "exact":
             mark = "**yes: chosen**"
