@@ -14,11 +14,13 @@ retried. ``stats`` holds every successful call's latency and bytes
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
 import grpc
@@ -262,6 +264,41 @@ def checked_class(index: int, info: knn_pb2.ModelInfo) -> int:
             f"with {len(info.class_names)} classes (a faulty or hostile server)"
         )
     return index
+
+
+def answer_guarantee(info: knn_pb2.ModelInfo) -> str:
+    """What the device can say of the model's answers from ``ModelInfo.global_p_error``, the
+    error budget the server compiled the circuit with: each answer equals the clear k-NN answer
+    (the model's own integer algorithm on the quantized query) except with at most that
+    probability (concrete's bound on a wrong lookup in one evaluation; a wrong lookup need not
+    change the class). The figure is printed rounded up to two significant digits. A server's
+    description is input like any other: 0 (a server older than the field) or a value outside
+    (0, 1) states no bound. It says nothing of a hostile server, which can answer any class
+    (docs/explanation/device-trust.md)."""
+    budget = info.global_p_error
+    name = shown(info.name, 64)
+    if budget == 0:
+        return (
+            f"model {name!r} states no error budget: how often an answer may differ from the clear "
+            "k-NN answer is unknown"
+        )
+    if not (math.isfinite(budget) and 0 < budget < 1):
+        return (
+            f"model {name!r} states an error budget that is not a probability ({budget!r}): how often "
+            "an answer may differ from the clear k-NN answer is unknown"
+        )
+    return (
+        f"each answer equals the clear k-NN answer of model {name!r} except with probability at most "
+        f"{bound_text(budget)} (its error budget)"
+    )
+
+
+def bound_text(probability: float) -> str:
+    """``probability`` rounded UP to two significant digits (a bound is never printed smaller than
+    the decimal the float stands for: its shortest repr, so 1e-4 prints as 0.0001)."""
+    exact = Decimal(repr(float(probability)))
+    step = Decimal(1).scaleb(exact.adjusted() - 1)
+    return f"{float(exact.quantize(step, rounding=ROUND_CEILING)):g}"
 
 
 def quantizer_of(info: knn_pb2.ModelInfo) -> MinMaxQuantizer:

@@ -236,7 +236,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def run(args, channel, records: Records | None = None) -> int:
-    from petlab.client.knn_client import KnnRemote, checked_class
+    from petlab.client.knn_client import KnnRemote, answer_guarantee, checked_class
     from petlab.client.paillier_client import cached_keypair, paillier_classify
     from petlab.progress import bar
     from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -250,7 +250,7 @@ def run(args, channel, records: Records | None = None) -> int:
             print(
                 shown(
                     f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
-                    f"classes {', '.join(info.class_names)}"
+                    f"classes {', '.join(info.class_names)}; {answer_guarantee(info)}"
                 )
             )
         return 0
@@ -278,6 +278,8 @@ def run(args, channel, records: Records | None = None) -> int:
     names = (prepared.info if prepared else info).class_names
     for cls in classes:
         print(shown(names[cls]))
+    if prepared is not None:  # the encrypted answers' bound (the Paillier baseline computes in the clear)
+        print(f"petlab-client: {answer_guarantee(prepared.info)}", file=sys.stderr)
     if args.stats:
         print_stats(remote.stats, stats_header)
     if args.stats_json:

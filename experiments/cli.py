@@ -29,6 +29,11 @@ EXPERIMENTS = (
         "petlab.experiments.knn_accuracy",
     ),
     Subcommand(
+        "knn-budget",
+        "encrypted k-NN per error budget: concrete's cost, simulated agreement and accuracy",
+        "petlab.experiments.knn_budget",
+    ),
+    Subcommand(
         "onthemap-bench",
         "OnTheMap release at state scale: time and memory",
         "petlab.experiments.onthemap_bench",

@@ -32,7 +32,7 @@ import numpy as np
 import psutil
 
 from petlab.client.knn_client import KnnRemote, make_channel
-from petlab.crypto.knn.families import classify_clear, default_config
+from petlab.crypto.knn.families import classify_clear
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.dask_cluster import ClusterSpec
 from petlab.server.app import ServerOptions, start
@@ -75,7 +75,7 @@ def hosted_iris(settings: KnnSettings, cache_dir: Path) -> dict[str, HostedModel
     model = build_model(
         "iris", train.features, train.labels, settings, train.class_names, train.feature_names
     )
-    compiled = load_or_compile(model, default_config(model.algorithm), cache_dir)
+    compiled = load_or_compile(model, model.circuit_config(), cache_dir)
     return {"iris": HostedModel(model, compiled.server, dataset="iris")}
 
 

@@ -40,7 +40,6 @@ from petlab.crypto.knn.families import (
     ALGORITHMS,
     classify_clear,
     compile_plan,
-    default_config,
     encode_query,
     family_of,
 )
@@ -123,7 +122,6 @@ def bench_one(
     ``owner``: the owner settings' own n)."""
     if isinstance(n, str) and not (n == OWNER_N and owner and algorithm == "thermo"):
         raise ValueError("n 'owner' needs the owner settings and the thermo family")
-    config = config or default_config(algorithm)
     train, test = load_bundled(dataset).split()
     columns = slice(None) if d is None else slice(0, d)
     if isinstance(n, str):
@@ -134,6 +132,7 @@ def bench_one(
         settings = KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
     bounds = bundled_public_bounds(dataset) if d is None else None
     model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
+    config = config or model.circuit_config()  # the family's settings at the model's error budget
     levels = model.quantizer.transform(test.features[:, columns])[: queries + 1]
     bits = model.plan.bits
     accuracy: dict[str, float | str] = {"accuracy": "", "float_knn": ""}
@@ -292,7 +291,7 @@ def run_bench(
                         n,
                         queries,
                         algorithm,
-                        config or default_config(algorithm),
+                        config,
                         dataset=dataset,
                         owner=owner,
                         compile_only=compile_only,

@@ -29,7 +29,7 @@ import numpy as np
 from petlab.client.call_stats import CallRecorder, CallStats
 from petlab.client.knn_client import KnnRemote, make_channel
 from petlab.client.paillier_client import paillier_classify
-from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear, default_config
+from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM, classify_clear
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.knn.paper.reference import classify_by_sorting as textbook_knn
 from petlab.crypto.paillier_knn import generate_keypair
@@ -177,8 +177,8 @@ def run_dataset(
         }
     ]
     hosted = {}
-    for algorithm, model in models.items():
-        compiled = load_or_compile(model, default_config(algorithm), cache / "models")
+    for model in models.values():
+        compiled = load_or_compile(model, model.circuit_config(), cache / "models")
         hosted[model.name] = HostedModel(model, compiled.server, dataset=name)
     with tempfile.TemporaryDirectory() as scratch:
         options = ServerOptions(

@@ -25,7 +25,6 @@ from petlab.crypto.knn.families import (
     ALGORITHMS,
     DEFAULT_ALGORITHM,
     classify_clear,
-    default_config,
     encode_query,
 )
 from petlab.crypto.knn.model import KnnSettings, build_model
@@ -44,7 +43,7 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
     model = build_model(
         "iris", train.features, train.labels, settings, train.class_names, train.feature_names
     )
-    compiled = load_or_compile(model, default_config(model.algorithm), cache_dir)
+    compiled = load_or_compile(model, model.circuit_config(), cache_dir)
     origin = "loaded from cache" if compiled.from_cache else "compiled"
     print(
         f"[server] circuit {origin} (compilation took {compiled.compile_seconds:.1f} s); "

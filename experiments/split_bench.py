@@ -48,7 +48,6 @@ from petlab.crypto.knn.families import (
     DEFAULT_ALGORITHM,
     classify_clear,
     compile_plan,
-    default_config,
     encode_query,
     family_of,
     split_program,
@@ -171,7 +170,7 @@ def _keys(client: KnnClient, directory: Path) -> tuple[Path, int]:
 def bench_whole(dataset: str, n: int, model, levels: np.ndarray, queries: int, scratch: Path) -> dict:
     from petlab.server.knn.evaluators import Evaluation, LocalEvaluator
 
-    config = default_config(model.algorithm)
+    config = model.circuit_config()
     circuit, compile_seconds = _timed(compile_plan, model.plan, config)
     statistics = circuit_statistics(circuit)
     client = KnnClient(client_specs_bytes(circuit.server))
@@ -221,7 +220,7 @@ def bench_split(
     from petlab.server.knn.cluster_evaluation import ClusterEvaluator
     from petlab.server.knn.evaluators import Evaluation
 
-    config = default_config(model.algorithm)
+    config = model.circuit_config()
     program = split_program(model.plan, parts, config)
     module, compile_seconds = _timed(compile_program, program, config)
     names = [stage.name for stage in program.stages]

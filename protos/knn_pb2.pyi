@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs", "algorithm")
+    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs", "algorithm", "global_p_error")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ModelInfo(_message.Message):
     FEATURE_LOWS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_HIGHS_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_P_ERROR_FIELD_NUMBER: _ClassVar[int]
     name: str
     dataset: str
     d: int
@@ -26,7 +27,8 @@ class ModelInfo(_message.Message):
     feature_lows: _containers.RepeatedScalarFieldContainer[float]
     feature_highs: _containers.RepeatedScalarFieldContainer[float]
     algorithm: str
-    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ..., algorithm: _Optional[str] = ...) -> None: ...
+    global_p_error: float
+    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ..., algorithm: _Optional[str] = ..., global_p_error: _Optional[float] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from petlab.addresses import is_loopback_host
 from petlab.crypto.chain.traces import load_public_key
 from petlab.crypto.knn.deployment import start_concrete_runtime
-from petlab.crypto.knn.families import default_config, family
+from petlab.crypto.knn.families import family
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.owner_only import private_directory
@@ -414,9 +414,7 @@ def load_models(options: ServerOptions, parts: int = 1) -> dict[str, HostedModel
             public_bounds=bounds,
         )
         split = model_parts(model, parts, explicit=options.partitions > 0)
-        compiled = load_or_compile(
-            model, default_config(model.algorithm), options.data_dir / "models", parts=split
-        )
+        compiled = load_or_compile(model, model.circuit_config(), options.data_dir / "models", parts=split)
         log.info(
             "model %s ready (%s algorithm, %s, %d PBS per query%s)",
             name,

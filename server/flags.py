@@ -7,11 +7,12 @@ parsed flags into ``ServerOptions``."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
 from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM
-from petlab.crypto.knn.model import KnnSettings
+from petlab.crypto.knn.model import KnnSettings, check_error_budget
 from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.dask_cluster import add_cluster_arguments, spec_from_args
 from petlab.server.app import ServerOptions
@@ -170,6 +171,15 @@ def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
         "thermo family: the distance SCALE,CAP[,LOOKUP_BITS] (crypto.knn.thermo.plan.DistanceChoice; "
         "default: from d and bits)",
     )
+    add_env_option(
+        serve,
+        "--global-p-error",
+        _error_budget,
+        None,
+        "error budget: the probability, strictly between 0 and 1, that an encrypted answer may differ "
+        "from the clear k-NN answer (concrete's global_p_error; published to clients; default: the "
+        "family's, 1e-4 for thermo)",
+    )
     add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
     add_env_option(
         serve,
@@ -263,6 +273,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
             bits=args.bits,
             algorithm=args.algorithm,
             distance=DistanceChoice.parse(args.distance) if args.distance else None,
+            global_p_error=args.global_p_error,
         ),
         "label_column": args.label_column,
         "bounds": bounds,
@@ -284,6 +295,24 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
             owner_evaluation_slots=args.owner_evaluation_slots,
         ),
     }
+
+
+class _BadFlagValue(argparse.ArgumentTypeError, ValueError):
+    """A flag value argparse reports with this message (a ``ValueError`` for ``$PETLAB_*`` values)."""
+
+
+def _error_budget(text: str) -> float:
+    """``--global-p-error``: a probability strictly between 0 and 1 (``check_error_budget``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan  # not a number: reported as check_error_budget reports it
+    try:
+        return check_error_budget(value)
+    except ValueError:
+        raise _BadFlagValue(
+            f"the error budget must be a probability strictly between 0 and 1, got {text!r}"
+        ) from None
 
 
 def _points(text: str) -> int | None:

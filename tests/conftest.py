@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, settings
 
 from petlab.crypto.knn.config import CircuitConfig
 from petlab.crypto.knn.deployment import KnnClient, start_concrete_runtime
-from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
 from petlab.crypto.knn.wire_format import SCHEMA
 from petlab.owner_only import write_owner_only
@@ -152,7 +151,7 @@ def hosted_model(tmp_path_factory) -> Callable[..., HostedModel]:
 @pytest.fixture(scope="session")
 def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]]:
     """``keyed_model("iris", KnnSettings(n=10, k=3))``: a bundled data set's model compiled with the
-    configuration ``petlab-server`` uses for its algorithm (``default_config``), and a client of it
+    configuration ``petlab-server`` uses for it (``KnnModel.circuit_config``), and a client of it
     holding generated keys (fixed seeds); compiled and keyed at most once per run, in one worker
     (the others load the circuit and the serialized keys: one key set per circuit in the whole
     run). For tests that need real keys and ciphertexts of a circuit other than a server's."""
@@ -163,7 +162,7 @@ def keyed_model(tmp_path_factory) -> Callable[..., tuple[HostedModel, KnnClient]
         if (name, settings) not in made:
             model = _bundled_model(name, settings)
             with share.lock(name, settings) as lock:
-                compiled = load_or_compile(model, default_config(model.algorithm), share.directory)
+                compiled = load_or_compile(model, model.circuit_config(), share.directory)
                 hosted = HostedModel(model, compiled.server, dataset=name)
                 client = KnnClient(hosted.specs)
                 share.keys(client, lock, seed=23)

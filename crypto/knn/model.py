@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from typing import Any
 
@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 
 from petlab.crypto.knn.condensation import choose_size
 from petlab.crypto.knn.config import CircuitConfig
-from petlab.crypto.knn.families import DEFAULT_ALGORITHM, family, family_of
+from petlab.crypto.knn.families import DEFAULT_ALGORITHM, default_config, family, family_of
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.crypto.knn.training_points import Selection, select_training_points
@@ -35,7 +35,11 @@ CIRCUIT_FORMAT_VERSION = 2
 class KnnSettings:
     """What the data owner chooses: n points kept, k neighbours, feature bits, selection seed and
     the circuit family (``"thermo"``, the default, ``"fast"`` or the paper's ``"paper"``;
-    ``crypto.knn.families``), the thermo family's distance, and condensation of the whole set."""
+    ``crypto.knn.families``), the thermo family's distance, condensation of the whole set, and the
+    error budget: concrete's ``global_p_error``, the probability that any lookup of one evaluation
+    errs, which bounds the probability that an encrypted answer differs from the clear k-NN answer
+    (None: the family's measured default, ``crypto.knn.families.default_config``). A larger budget
+    lets concrete pick smaller parameters (docs/explanation/knn-speed.md, "The error budget")."""
 
     n: int | None = 40  # None: the whole training set
     k: int = 3
@@ -46,9 +50,12 @@ class KnnSettings:
     # only with n = None: keep the smallest n within this accuracy fraction of the whole training set,
     # chosen on the training rows only (``crypto.knn.condensation``); None keeps every point
     condense: float | None = None
+    global_p_error: float | None = None
 
     def __post_init__(self) -> None:
         family(self.algorithm)  # ValueError for an unknown family
+        if self.global_p_error is not None:
+            check_error_budget(self.global_p_error)
         if self.distance is not None and self.algorithm != "thermo":
             raise ValueError("a distance choice applies to the thermo family only")
         if self.condense is not None and not 0 <= self.condense < 1:
@@ -67,6 +74,18 @@ class KnnModel:
     class_names: tuple[str, ...]
     feature_names: tuple[str, ...]
     selection: Selection
+    # concrete's global_p_error the circuit is compiled with (KnnSettings.global_p_error, else the
+    # family's default): an encrypted answer equals the clear reference's except with at most this
+    # probability; published in ModelInfo
+    global_p_error: float = 1e-4
+
+    def __post_init__(self) -> None:
+        check_error_budget(self.global_p_error)
+
+    def circuit_config(self) -> CircuitConfig:
+        """The family's measured compilation settings with this model's error budget: what
+        ``petlab-server`` compiles the model with (and so what its cache key covers)."""
+        return replace(default_config(self.algorithm), global_p_error=self.global_p_error)
 
     @property
     def d(self) -> int:
@@ -176,4 +195,18 @@ def build_model(
         if feature_names is not None
         else tuple(f"x{f}" for f in range(features.shape[1]))
     )
-    return KnnModel(name, quantizer, plan, names, feature_names, selection)
+    budget = settings.global_p_error
+    if budget is None:
+        budget = default_config(settings.algorithm).global_p_error
+    return KnnModel(name, quantizer, plan, names, feature_names, selection, budget)
+
+
+def check_error_budget(global_p_error: float) -> float:
+    """``global_p_error`` if it is a probability strictly between 0 and 1 (concrete rejects 0 and
+    1 means no guarantee at all); ``ValueError`` saying so otherwise (NaN included)."""
+    if not isinstance(global_p_error, (int, float)) or not 0.0 < float(global_p_error) < 1.0:
+        raise ValueError(
+            f"the error budget (global_p_error) must be a probability strictly between 0 and 1, "
+            f"got {global_p_error!r}"
+        )
+    return float(global_p_error)

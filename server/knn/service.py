@@ -119,6 +119,7 @@ class HostedModel:
             feature_lows=quantizer.lows,
             feature_highs=quantizer.highs,
             algorithm=self.model.algorithm,
+            global_p_error=self.model.global_p_error,
         )
 
 

@@ -92,39 +92,54 @@ DISTANCE_STAGES = ("raw", "truncated", "reduced")
 
 
 def distance_function(
-    spec: DistanceSpec, weights: np.ndarray, offsets: np.ndarray, upto: str = "reduced"
+    spec: DistanceSpec,
+    weights: np.ndarray,
+    offsets: np.ndarray,
+    upto: str = "reduced",
+    approximate: bool = False,
 ) -> Callable:
     """Steps 1-2 on an encrypted code: the points' distances (``weights`` and ``offsets``: their
     columns of the plan's, for a subset of the points). ``upto`` stops after a prefix of
     :data:`DISTANCE_STAGES` ("raw": ``code @ weights + offsets``; "truncated": its ``shift`` low
-    bits cleared, still scaled by ``2^shift``); the circuit always uses "reduced"."""
+    bits cleared, still scaled by ``2^shift``); the circuit always uses "reduced".
+
+    ``approximate`` (measurement only, ``experiments/knn_budget.py``): concrete's approximate
+    rounding (``fhe.round_bit_pattern``, ``Exactness.APPROXIMATE``, folded into the reduction
+    lookup: no PBS of its own) in place of the exact truncation. It rounds to nearest rather than
+    down, and near every rounding boundary it may land one step off, outside the error budget:
+    the distances are no longer :meth:`DistanceSpec.reduce`'s and no clear reference equals them."""
     if upto not in DISTANCE_STAGES:
         raise ValueError(f"upto must be one of {DISTANCE_STAGES}, got {upto!r}")
     reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
+    if approximate and spec.shift:  # its rounded input may reach 2^raw_bits: a table over it
+        reduction = fhe.univariate(lambda v: np.minimum(v >> spec.shift, spec.distance_max))
 
     def distances(code):
         raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
         if upto == "raw":
             return raw
         if reduction is not None:
-            if spec.shift:
+            if spec.shift and approximate:
+                raw = fhe.round_bit_pattern(raw, spec.shift, exactness=fhe.Exactness.APPROXIMATE)
+            elif spec.shift:
                 raw = fhe.truncate_bit_pattern(raw, spec.shift)
             if upto == "truncated":
                 return raw
-            raw = reduction[raw]
+            raw = reduction(raw) if approximate and spec.shift else reduction[raw]
         return fhe.hint(raw, bit_width=spec.distance_bits)
 
     return distances
 
 
-def circuit_function(plan: ThermoPlan) -> Callable:
-    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index."""
+def circuit_function(plan: ThermoPlan, approximate: bool = False) -> Callable:
+    """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index
+    (``approximate``: :func:`distance_function`'s, for measurement only)."""
     spec, program = plan.spec, plan.program
     dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
     fill = spec.filler
     shortfall = fhe.univariate(lambda u: np.maximum(fill - u, 0))  # u = a + F - b: max(b - a, 0)
     within = fhe.univariate(lambda u: (u <= fill).astype(np.int64))  # u = a + F - D_k: [a <= D_k]
-    distances = distance_function(spec, plan.weights, plan.offsets)
+    distances = distance_function(spec, plan.weights, plan.offsets, approximate=approximate)
     real = plan.vote_slots
     slots = np.asarray([s for _, s in real], dtype=np.int64)
     onehot = np.zeros((len(real), plan.n_classes), dtype=np.int64)

@@ -405,7 +405,8 @@ def test_iris_real_encryption_over_grpc_equals_reference(iris_thermo, serve, tmp
 def test_server_flags_take_the_whole_training_set_and_a_distance():
     from petlab.server.main import parse_args
 
-    options, _ = parse_args(["serve", "--model", "digits", "--n", "all", "--distance", "16,6,6"])
+    flags = ["--n", "all", "--distance", "16,6,6", "--global-p-error", "0.1"]
+    options, _ = parse_args(["serve", "--model", "digits", *flags])
     assert options.settings == owner_settings("digits")
     for bad in (["--distance", "16"], ["--distance", "16,6", "--algorithm", "fast"], ["--n", "some"]):
         with pytest.raises(SystemExit):

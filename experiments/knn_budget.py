@@ -1,0 +1,325 @@
+"""The error budget's trade-off: what concrete's ``global_p_error`` costs and what it changes.
+
+For each bundled data set (the thermo family with the owner's settings,
+``server.knn.datasets.owner_settings``) and each error budget:
+
+- **cost**, from split 0's model compiled for simulation only (concrete's optimizer picks the
+  parameters before it knows whether keys will be made: the same complexity as a compilation for
+  execution, e.g. 1.70e11 for breast_cancer at 0.1 in both): PBS count, concrete's complexity (its
+  cost estimate, load-independent), the raw bootstrap and key-switching key bytes;
+- **answers**, over every test row of ``--splits`` stratified 80/20 splits: each split's model is
+  compiled with ``fhe_simulation=True`` at the budget and every test row is run ``--repeats``
+  times by ``circuit.simulate`` (each run draws its own lookup errors); *agreement* is the share
+  of answers equal to the clear reference of the same integer algorithm (``classify_clear``, what
+  an error-free evaluation answers), *accuracy* the share equal to the true label, beside float
+  k-NN (``knn_accuracy.float_knn_accuracy``).
+
+concrete's simulation models the lookups' errors: with ``fhe_simulation=True`` it adds to every
+lookup's input the noise that the compiled parameters leave, so a lookup reads a neighbouring
+table entry with the compiled probability. :func:`simulated_lookup_errors` measures this on one
+4-bit identity lookup compiled at a stated per-lookup ``p_error`` (the wrong share of its outputs
+tracks the compiled probability, and is 0 at a tiny one); its figures are written beside the
+sweep's (``results/knn_budget_check.md``).
+
+:func:`chosen_budgets` applies the rule the owner settings' budgets come from: per data set, the
+cheapest budget (concrete's complexity) whose mean accuracy is within one point of float k-NN and
+whose agreement with the clear reference is at least 99.5 %. Real-key seconds are measured by
+``knn-bench --global-p-error`` (docs/explanation/knn-speed.md, "The error budget").
+
+    python -m petlab.experiments.knn_budget --dataset iris wine breast_cancer digits \\
+        --budgets 1e-4 1e-3 1e-2 3e-2 1e-1 --splits 10 --out results/knn_budget.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from concrete import fhe
+
+from petlab.crypto.knn.config import circuit_statistics
+from petlab.crypto.knn.families import classify_clear, compile_plan
+from petlab.crypto.knn.model import build_model
+from petlab.crypto.knn.thermo import circuit as thermo_circuit
+from petlab.experiments import markdown
+from petlab.experiments.knn_accuracy import float_knn_accuracy
+from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
+
+COLUMNS = [
+    "dataset",
+    "global_p_error",
+    "rounding",
+    "split",
+    "n_kept",
+    "test_rows",
+    "trials",
+    "pbs_count",
+    "complexity",
+    "bootstrap_key_bytes",
+    "keyswitch_key_bytes",
+    "agree",
+    "correct",
+    "float_knn",
+    "compile_s",
+]
+# the owner settings' rule: accuracy within this of float k-NN, agreement at least this
+ACCURACY_MARGIN = 0.01
+MIN_AGREEMENT = 0.995
+
+
+def split_row(name: str, budget: float, seed: int, rounding: str = "exact", repeats: int = 1) -> dict:
+    """One (data set, budget, split): the cost figures of that split's circuit and its simulated
+    answers on every test row. ``rounding="approximate"``: the circuit with concrete's approximate
+    rounding in place of the exact truncation (``crypto.knn.thermo.circuit.distance_function``),
+    its answers still compared with the exact algorithm's clear reference. Every test row is
+    simulated ``repeats`` times (each simulation draws its own lookup errors): ``trials`` answers."""
+    train, test = load_bundled(name).split(seed=seed)
+    settings = replace(owner_settings(name), global_p_error=budget)
+    bounds = bundled_public_bounds(name)
+    model = build_model(name, train.features, train.labels, settings, public_bounds=bounds)
+    started = time.perf_counter()
+    if rounding == "exact":
+        circuit = compile_plan(model.plan, model.circuit_config(), simulation=True, execution=False)
+    else:
+        configuration = model.circuit_config().concrete_configuration(simulation=True, execution=False)
+        traced = thermo_circuit.circuit_function(model.plan, approximate=True)
+        compiler = fhe.Compiler(traced, {"code": "encrypted"})
+        circuit = compiler.compile(thermo_circuit.compile_inputset(model.plan), configuration)
+    compile_s = time.perf_counter() - started
+    levels = model.quantizer.transform(test.features)
+    clear = classify_clear(model.plan, levels)
+    codes = model.encode(levels)
+    simulated = np.array([[int(circuit.simulate(code)) for code in codes] for _ in range(repeats)])
+    stats = circuit_statistics(circuit)
+    return {
+        "dataset": name,
+        "global_p_error": budget,
+        "rounding": rounding,
+        "split": seed,
+        "n_kept": model.plan.n,
+        "test_rows": len(test.labels),
+        "trials": simulated.size,
+        "pbs_count": stats["pbs_count"],
+        "complexity": f"{stats['complexity']:.3e}",
+        "bootstrap_key_bytes": stats["bootstrap_key_bytes"],
+        "keyswitch_key_bytes": stats["keyswitch_key_bytes"],
+        "agree": int(np.sum(simulated == clear[None, :])),
+        "correct": int(np.sum(simulated == test.labels[None, :])),
+        "float_knn": round(float_knn_accuracy(name, seed, model.plan.k), 4),
+        "compile_s": round(compile_s, 2),
+    }
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per (data set, budget): split 0's cost, and agreement and accuracy over all test rows of
+    every split (float k-NN: the mean over the same splits)."""
+    summary = []
+
+    def key_of(row: dict) -> tuple[str, float, str]:
+        return row["dataset"], float(row["global_p_error"]), row["rounding"]
+
+    for key in dict.fromkeys(key_of(r) for r in rows):
+        mine = [r for r in rows if key_of(r) == key]
+        first = min(mine, key=lambda r: int(r["split"]))
+        rows_seen = sum(int(r["test_rows"]) for r in mine)
+        total = sum(int(r["trials"]) for r in mine)
+        summary.append(
+            {
+                "dataset": key[0],
+                "global_p_error": key[1],
+                "rounding": key[2],
+                "splits": len(mine),
+                "test_rows": rows_seen,
+                "trials": total,
+                "pbs_count": int(first["pbs_count"]),
+                "complexity": float(first["complexity"]),
+                "key_bytes": int(first["bootstrap_key_bytes"]) + int(first["keyswitch_key_bytes"]),
+                "agreement": sum(int(r["agree"]) for r in mine) / total,
+                "accuracy": sum(int(r["correct"]) for r in mine) / total,
+                "float_knn": float(np.mean([float(r["float_knn"]) for r in mine])),
+            }
+        )
+    return summary
+
+
+def meets(entry: dict) -> bool:
+    """The owner settings' bar: within one point of float k-NN, agreement at least 99.5 %."""
+    return entry["accuracy"] >= entry["float_knn"] - ACCURACY_MARGIN and entry["agreement"] >= MIN_AGREEMENT
+
+
+def chosen_budgets(summary: list[dict]) -> dict[str, float]:
+    """Per data set, the budget of least complexity among the exact circuits that meet the bar
+    (none: the data set is left out). Approximate rounding is never chosen: its errors are outside
+    the budget, so the device's printed bound would not hold."""
+    chosen = {}
+    for name in dict.fromkeys(e["dataset"] for e in summary):
+        passing = [e for e in summary if e["dataset"] == name and e["rounding"] == "exact" and meets(e)]
+        if passing:
+            chosen[name] = min(passing, key=lambda e: (e["complexity"], -e["global_p_error"]))[
+                "global_p_error"
+            ]
+    return chosen
+
+
+def summary_table(summary: list[dict]) -> str:
+    chosen = chosen_budgets(summary)
+    base = {
+        e["dataset"]: e["complexity"]
+        for e in summary
+        if e["global_p_error"] == 1e-4 and e["rounding"] == "exact"
+    }
+    head = [
+        "data set",
+        "global_p_error",
+        "truncation",
+        "PBS",
+        "complexity",
+        "vs 1e-4",
+        "keys (raw)",
+        "splits (test rows x repeats)",
+        "agreement",
+        "accuracy (float k-NN)",
+        "meets the bar",
+    ]
+    table = []
+    for e in summary:
+        ratio = f"{base[e['dataset']] / e['complexity']:.2f}x less" if e["dataset"] in base else ""
+        if e["global_p_error"] == 1e-4 and e["rounding"] == "exact":
+            ratio = "(baseline)"
+        mark = "yes" if meets(e) else "no"
+        if chosen.get(e["dataset"]) == e["global_p_error"] and e["rounding"] == "exact":
+            mark = "**yes: chosen**"
+        table.append(
+            [
+                e["dataset"],
+                f"{e['global_p_error']:g}",
+                e["rounding"],
+                f"{e['pbs_count']:,}",
+                f"{e['complexity']:.3g}",
+                ratio,
+                f"{e['key_bytes'] / 1e6:,.0f} MB",
+                f"{e['splits']} ({e['test_rows']:,} x {e['trials'] // e['test_rows']})",
+                f"{100 * e['agreement']:.2f} %",
+                f"{e['accuracy']:.3f} ({e['float_knn']:.3f})",
+                mark,
+            ]
+        )
+    return markdown.table(head, table) + "\n"
+
+
+def simulated_lookup_errors(p_error: float, values: int = 64, runs: int = 50, seed: int = 0) -> dict:
+    """Does ``circuit.simulate`` inject lookup errors? One 4-bit identity lookup on ``values``
+    encrypted inputs compiled at per-lookup ``p_error`` with ``fhe_simulation=True``, simulated
+    ``runs`` times on random inputs: the share of outputs that differ from their input."""
+    identity = fhe.LookupTable(list(range(16)))
+    compiler = fhe.Compiler(lambda x: identity[x], {"x": "encrypted"})
+    inputs = [np.arange(values) % 16, np.full(values, 15)]
+    configuration = fhe.Configuration(
+        p_error=p_error, global_p_error=None, fhe_simulation=True, fhe_execution=False, show_progress=False
+    )
+    circuit = compiler.compile(inputs, configuration)
+    rng = np.random.default_rng(seed)
+    wrong = 0
+    for _ in range(runs):
+        x = rng.integers(0, 16, size=values)
+        wrong += int(np.sum(circuit.simulate(x) != x))
+    return {"p_error": p_error, "compiled_p_error": circuit.p_error, "outputs": values * runs, "wrong": wrong}
+
+
+def check_table(checks: list[dict]) -> str:
+    head = ["requested p_error per lookup", "concrete's compiled p_error", "outputs", "wrong", "share wrong"]
+    rows = [
+        [
+            f"{c['p_error']:g}",
+            f"{c['compiled_p_error']:.3g}",
+            f"{c['outputs']:,}",
+            f"{c['wrong']:,}",
+            f"{c['wrong'] / c['outputs']:.4f}",
+        ]
+        for c in checks
+    ]
+    return markdown.table(head, rows) + "\n"
+
+
+def read_rows(path: Path) -> list[dict]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = read_rows(out) if args.resume and out.exists() else []
+    seen = {(r["dataset"], float(r["global_p_error"]), r["rounding"], int(r["split"])) for r in done}
+    if not args.no_check:
+        checks = [simulated_lookup_errors(p) for p in (0.1, 0.01, 1e-9)]
+        out.with_name(out.stem + "_check.md").write_text(check_table(checks))
+        print(check_table(checks), flush=True)
+    with out.open("a" if done else "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        if not done:
+            writer.writeheader()
+        plan = [("exact", args.splits), ("approximate", args.approximate_splits)]
+        for rounding, splits in plan:
+            for name in args.dataset:
+                for budget in args.budgets:
+                    for seed in range(splits):
+                        if (name, budget, rounding, seed) in seen:
+                            continue
+                        row = split_row(name, budget, seed, rounding, args.repeats)
+                        writer.writerow(row)
+                        handle.flush()
+                        print(row, flush=True)
+    summary = summarize(read_rows(out))
+    table = summary_table(summary)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print("chosen:", chosen_budgets(summary))
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset", nargs="+", choices=sorted(BUNDLED), default=list(BUNDLED), help="bundled data sets"
+    )
+    parser.add_argument(
+        "--budgets",
+        nargs="+",
+        type=float,
+        default=[1e-4, 1e-3, 1e-2, 3e-2, 1e-1],
+        help="global_p_error values",
+    )
+    parser.add_argument("--splits", type=int, default=10, help="stratified 80/20 splits (seeds 0..)")
+    parser.add_argument(
+        "--approximate-splits",
+        type=int,
+        default=1,
+        help="splits with approximate rounding in place of the exact truncation (after the exact ones)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="simulations of every test row (fresh lookup errors each)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/knn_budget.csv"),
+        help="the CSV to write (the Markdown table and the simulation check beside it)",
+    )
+    parser.add_argument("--resume", action="store_true", help="keep the rows already in --out")
+    parser.add_argument("--no-check", action="store_true", help="skip the simulation check")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

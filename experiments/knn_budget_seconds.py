@@ -1,0 +1,140 @@
+"""Real-key seconds per query at two error budgets, interleaved so that both see the same load.
+
+On a shared machine a load that changes between two runs swamps the difference between two
+budgets (one run after the other measured breast_cancer at 121 s and 116 s while the load average
+went from 8 to 14). Here both circuits (the thermo family, the owner's settings, split 0's training
+rows, ``server.knn.datasets.owner_settings``) are compiled, keyed and prepared (one warm-up query
+each, as a registration does) first; then the same test rows are evaluated under budget A, then
+under B, row after row, and each row's ratio A / B is taken from two evaluations seconds apart.
+Every decrypted answer is checked against the clear reference.
+
+    python -m petlab.experiments.knn_budget_seconds --dataset iris --queries 8 \\
+        --budgets 1e-4 1e-2 --out results/knn_budget_seconds.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from petlab.crypto.knn.config import circuit_statistics
+from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
+from petlab.crypto.knn.families import classify_clear, compile_plan
+from petlab.crypto.knn.model import build_model
+from petlab.experiments import markdown
+from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
+from petlab.server.knn.key_warmup import prepare_keys
+
+COLUMNS = ["dataset", "row", "global_p_error", "seconds", "equals_clear", "load_average"]
+
+
+def prepared(name: str, budget: float):
+    """The owner model at ``budget``: its compiled circuit, a keyed client and prepared keys."""
+    train, test = load_bundled(name).split(seed=0)
+    settings = replace(owner_settings(name), global_p_error=budget)
+    bounds = bundled_public_bounds(name)
+    model = build_model(name, train.features, train.labels, settings, public_bounds=bounds)
+    circuit = compile_plan(model.plan, model.circuit_config())
+    client = KnnClient(circuit.server.client_specs.serialize())
+    client.generate_keys()
+    keys = parse_evaluation_keys(client.evaluation_keys_bytes())
+    prepare_keys(circuit.server, keys, client.encrypt(model.encode(np.zeros(model.d, dtype=np.int64))))
+    return model, circuit, client, keys, model.quantizer.transform(test.features)
+
+
+def interleaved(name: str, budgets: list[float], queries: int) -> tuple[list[dict], dict]:
+    setups = {budget: prepared(name, budget) for budget in budgets}
+    statistics = {budget: circuit_statistics(setups[budget][1]) for budget in budgets}
+    rows = []
+    for index in range(queries):
+        for budget in budgets:
+            model, circuit, client, keys, levels = setups[budget]
+            query = parse_ciphertext(client.encrypt(model.encode(levels[index])))
+            started = time.perf_counter()
+            result = run_encrypted(circuit.server, keys, query)
+            seconds = time.perf_counter() - started
+            clear = int(classify_clear(model.plan, levels[index : index + 1])[0])
+            rows.append(
+                {
+                    "dataset": name,
+                    "row": index,
+                    "global_p_error": budget,
+                    "seconds": round(seconds, 3),
+                    "equals_clear": client.decrypt_class(result) == clear,
+                    "load_average": round(os.getloadavg()[0], 2),
+                }
+            )
+            print(rows[-1], flush=True)
+    return rows, statistics
+
+
+def summary_table(rows: list[dict], budgets: list[float]) -> str:
+    """Per data set: the median seconds per budget and the median of the per-row ratios to the
+    first budget."""
+    head = [
+        "data set",
+        "global_p_error",
+        "queries",
+        "median s",
+        "median per-row ratio",
+        "load average",
+        "answers",
+    ]
+    table = []
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == name]
+        base = {r["row"]: float(r["seconds"]) for r in mine if float(r["global_p_error"]) == budgets[0]}
+        for budget in budgets:
+            these = [r for r in mine if float(r["global_p_error"]) == budget]
+            ratio = np.median([base[r["row"]] / float(r["seconds"]) for r in these])
+            loads = [float(r["load_average"]) for r in these]
+            equal = sum(str(r["equals_clear"]) == "True" for r in these)
+            table.append(
+                [
+                    name,
+                    f"{budget:g}",
+                    str(len(these)),
+                    f"{np.median([float(r['seconds']) for r in these]):.2f}",
+                    f"{ratio:.2f}x faster than {budgets[0]:g}" if budget != budgets[0] else "1",
+                    f"{min(loads):.1f}-{max(loads):.1f}",
+                    f"{equal} of {len(these)} equal the clear reference",
+                ]
+            )
+    return markdown.table(head, table) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset", nargs="+", choices=sorted(BUNDLED), default=["iris"], help="data sets")
+    parser.add_argument(
+        "--budgets", nargs="+", type=float, default=[1e-4, 1e-2], help="global_p_error values"
+    )
+    parser.add_argument("--queries", type=int, default=4, help="test rows evaluated under every budget")
+    parser.add_argument("--out", type=Path, default=Path("results/knn_budget_seconds.csv"), help="the CSV")
+    args = parser.parse_args(argv)
+    rows: list[dict] = []
+    for name in args.dataset:
+        found, statistics = interleaved(name, args.budgets, args.queries)
+        rows += found
+        print(name, statistics, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    table = summary_table(rows, args.budgets)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
