@@ -140,7 +140,7 @@ def test_bad_input_is_2_and_one_error_line_for_each_program(tmp_path):
     missing = tmp_path / "none.csv"
     cases = {
         "petlab-analyst": ["prepare", str(bad), "--key", str(key)],
-        "petlab-synth": ["plausible", "--data", str(missing), "--count", "5", "--out", "o.csv"],
+        "petlab-synth": ["plausible", "--data", str(missing), "--runs", "5", "--out", "o.csv"],
         "petlab-server": ["persons", "--data-dir", str(tmp_path)],
         # a token over plaintext to a non-loopback address: refused before any connection
         "petlab-client": ["models", "--server", "192.0.2.1:1", "--token", "t0k3n"],
