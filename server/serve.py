@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from petlab.server.app import (
     lock_directory,
     release_directory,
 )
+from petlab.server.common.event_loop import keep_grpc_aio
 from petlab.server.flags import add_serve_arguments, serve_options
 
 log = logging.getLogger("petlab.server")
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_directory(lock)
         raise
+    keep_grpc_aio()  # from the main thread, before the loop (server.common.event_loop)
     status = asyncio.run(serve_until_signal(options, services, args))
     release_directory(lock)
     end_process(status)
@@ -133,3 +136,7 @@ def exit_deadline(seconds: float, status: int) -> None:
     timer = threading.Timer(seconds, force)
     timer.daemon = True
     timer.start()
+    # the last resort, a thread of C that needs no interpreter lock: if even the timer cannot run
+    # (a thread holding the lock inside a C library), every thread's stack goes to stderr and the
+    # process ends (status 1) half a second later
+    faulthandler.dump_traceback_later(seconds + 0.5, exit=True)

@@ -14,7 +14,23 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import grpc
+
 Result = TypeVar("Result")
+_grpc_aio_kept = False
+
+
+def keep_grpc_aio() -> None:
+    """Initialise grpc's asyncio machinery once for the life of the process, from the thread that
+    calls first (the main thread). grpc counts its asyncio users and shuts its completion queue and
+    poller down when the count falls to zero, with the interpreter's lock held; a server stopping
+    while the last other grpc object goes away deadlocked a test process that way (the event-loop
+    thread waiting inside grpc's shutdown, every other thread waiting for the lock). Holding one
+    count of our own for the whole process means that shutdown never runs mid-process."""
+    global _grpc_aio_kept
+    if not _grpc_aio_kept:
+        grpc.aio.init_grpc_aio()
+        _grpc_aio_kept = True
 
 
 class LoopThread:
@@ -52,6 +68,7 @@ def shared_loop() -> LoopThread:
     """The process's loop thread for in-process servers, started on first use."""
     global _shared
     with _shared_guard:
+        keep_grpc_aio()
         if _shared is None:
             _shared = LoopThread()
         return _shared
