@@ -96,7 +96,6 @@ def bench_knn_config(
         port=0,
         cluster=spec,
         workers=clients + 8,
-        max_concurrent_rpcs=64,
         limits=_limits(clients),
     )
     running = start(options, hosted)
@@ -159,7 +158,7 @@ def bench_knn_config(
 def _limits(clients: int):
     from petlab.server.common.admission import ServiceLimits
 
-    return ServiceLimits(evaluation_slots=max(3, clients) + 1)  # one is the fair-share waiting room
+    return ServiceLimits(evaluation_slots=max(3, clients) + 1)
 
 
 def _evaluation_cpu(running) -> float:

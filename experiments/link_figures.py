@@ -168,9 +168,10 @@ def crossover_figure(frame: pd.DataFrame, out: Path, machine: str) -> Path | Non
             r.query_rounds, rtt, r.query_up, r.query_down, LINE_UP_MBIT, LINE_DOWN_MBIT
         )
         label = f"{LABELS[family]}: {int(r.query_rounds)} round(s)"
-        if beyond.get(family):
-            label += f", first beyond {beyond[family] * 1000:,.0f} ms"
-            axis.axvline(beyond[family] * 1000, color=COLOURS[family], ls=":", lw=1)
+        first_beyond = beyond.get(family)
+        if first_beyond:
+            label += f", first beyond {first_beyond * 1000:,.0f} ms"
+            axis.axvline(first_beyond * 1000, color=COLOURS[family], ls=":", lw=1)
         axis.plot(rtt * 1000, line, "-", color=COLOURS[family], label=label)
         axis.plot(rows.rtt_ms, rows.query_s, "o", color=COLOURS[family], ms=4)
     axis.set_xscale("log")

@@ -305,8 +305,12 @@ def measure_family(session: Session, family: str, config: LinksConfig, progress)
         progress(f"{family}: {profile.name} later")
     if family in config.rtt_sweep_families:
         home = next(p for p in config.profiles if p.name == "home")
+        sweep_cache = relay_cache
+        if sweep_cache is None:  # keys registered once, over the fastest profile, not reported
+            sweep_cache = fresh()
+            session.run(family, config.profiles[0], "first", sweep_cache, None)
         for rtt in config.rtt_sweep_ms:
-            session.run(family, home.with_rtt(rtt), "later", relay_cache, compute)
+            session.run(family, home.with_rtt(rtt), "later", sweep_cache, compute)
         if config.rtt_sweep_ms:
             progress(f"{family}: RTT sweep")
 

@@ -38,6 +38,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from petlab.client.knn_client import PreparedModel
 from petlab.experiments.markdown import table as markdown_table
 from petlab.experiments.server_process import SERVER, ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
@@ -259,15 +260,15 @@ class Device:
         self.remote = KnnRemote(
             self.channel, "server-design", cache_dir=cache, timeout=300, show_progress=False
         )
-        self.prepared = None
+        self.prepared: PreparedModel | None = None
 
     def classify(self) -> float | None:
         """Seconds for one classification (None when it failed)."""
         try:
-            if self.prepared is None:
-                self.prepared = self.remote.prepare("iris")
+            prepared = self.prepared or self.remote.prepare("iris")
+            self.prepared = prepared
             started = time.perf_counter()
-            self.remote.classify(self.prepared, np.array([5.1, 3.5, 1.4, 0.2]))
+            self.remote.classify(prepared, np.array([5.1, 3.5, 1.4, 0.2]))
             return round(time.perf_counter() - started, 3)
         except grpc.RpcError:
             return None

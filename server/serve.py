@@ -67,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_directory(lock)
         raise
-    keep_grpc_aio()  # from the main thread, before the loop (server.common.event_loop)
     status = asyncio.run(serve_until_signal(options, services, args))
     release_directory(lock)
     end_process(status)
@@ -76,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 async def serve_until_signal(options: ServerOptions, services: Services, args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT, then drain; the exit status the signal calls for."""
     loop = asyncio.get_running_loop()
+    keep_grpc_aio()  # on this loop, before any grpc object (server.common.event_loop)
     server = AsyncServer(options, services)
     try:
         port = await server.start()
@@ -102,8 +102,8 @@ async def serve_until_signal(options: ServerOptions, services: Services, args: a
         )
         server.set_maintenance(maintenance[0])
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop, signum)
+    for stopping_signal in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stopping_signal, stop, stopping_signal)
     loop.add_signal_handler(signal.SIGUSR1, toggle_maintenance)
     signum = await stopping
     await server.stop(args.grace)

@@ -21,12 +21,13 @@ _grpc_aio_kept = False
 
 
 def keep_grpc_aio() -> None:
-    """Initialise grpc's asyncio machinery once for the life of the process, from the thread that
-    calls first (the main thread). grpc counts its asyncio users and shuts its completion queue and
-    poller down when the count falls to zero, with the interpreter's lock held; a server stopping
-    while the last other grpc object goes away deadlocked a test process that way (the event-loop
-    thread waiting inside grpc's shutdown, every other thread waiting for the lock). Holding one
-    count of our own for the whole process means that shutdown never runs mid-process."""
+    """Initialise grpc's asyncio machinery once for the life of the process; called on the event
+    loop that serves (grpc binds it to the running loop). grpc counts its asyncio users and shuts
+    its completion queue and poller down when the count falls to zero, with the interpreter's lock
+    held; a server stopping while the last other grpc object went away deadlocked a test process
+    that way (the event-loop thread waiting inside grpc's shutdown, every other thread waiting for
+    the lock). Holding one count of our own for the whole process means that shutdown never runs
+    mid-process."""
     global _grpc_aio_kept
     if not _grpc_aio_kept:
         grpc.aio.init_grpc_aio()
@@ -68,7 +69,11 @@ def shared_loop() -> LoopThread:
     """The process's loop thread for in-process servers, started on first use."""
     global _shared
     with _shared_guard:
-        keep_grpc_aio()
         if _shared is None:
             _shared = LoopThread()
+            _shared.run(_keep_on_loop(), 60.0)
         return _shared
+
+
+async def _keep_on_loop() -> None:
+    keep_grpc_aio()

@@ -195,7 +195,8 @@ class FairSlots:
                 self._waiters.remove(waiter)
             if not waiter.wake.done():
                 waiter.wake.set_result(False)
-            if isinstance(asyncio.current_task(), asyncio.Task) and asyncio.current_task().cancelling():
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # the call ended: it goes, refused by nobody
                 raise
             granted = False
         if not granted:

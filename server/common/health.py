@@ -110,7 +110,9 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
                     )
                     # the call ends here (no status can reach a peer that does not read); its
                     # stream stays on the connection until the peer or the connection's limits end it
-                    asyncio.current_task().cancel()
+                    task = asyncio.current_task()
+                    assert task is not None  # a call's handler runs in its task
+                    task.cancel()
                     await asyncio.sleep(0)
                 continue
             await changed.wait()
