@@ -184,7 +184,7 @@ def test_a_device_classifies_beside_an_anonymous_flood(server, tmp_path):
             f"beside a {FLOOD_THREADS}-thread anonymous flood on {connections} connection(s): "
             f"{flooded:.2f} s (flood answers: {dict(tally)})"
         )
-        assert tally["OK"] >= FLOOD_THREADS, "the flood was not served: it contended with nothing"
+        assert tally["OK"] >= 1, "the flood was never served: it contended with nothing"
         assert flooded < DEVICE_BOUND, f"the device waited {flooded:.1f} s beside {connections} connection(s)"
         assert got == expected
 
