@@ -9,7 +9,7 @@ under B, row after row, and each row's ratio A / B is taken from two evaluations
 Every decrypted answer is checked against the clear reference.
 
     python -m petlab.experiments.knn_budget_seconds --dataset iris --queries 8 \\
-        --budgets 1e-4 1e-2 --out results/knn_budget_seconds.csv
+        --budgets 1e-4 1e-2 1e-2:approximate --out results/knn_budget_seconds.csv
 """
 
 from __future__ import annotations
@@ -22,25 +22,52 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from concrete import fhe
 
 from petlab.crypto.knn.config import circuit_statistics
 from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
 from petlab.crypto.knn.families import classify_clear, compile_plan
 from petlab.crypto.knn.model import build_model
+from petlab.crypto.knn.thermo import circuit as thermo_circuit
 from petlab.experiments import markdown
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 from petlab.server.knn.key_warmup import prepare_keys
 
-COLUMNS = ["dataset", "row", "global_p_error", "seconds", "equals_clear", "load_average"]
+COLUMNS = ["dataset", "row", "global_p_error", "rounding", "seconds", "equals_clear", "load_average"]
 
 
-def prepared(name: str, budget: float):
-    """The owner model at ``budget``: its compiled circuit, a keyed client and prepared keys."""
+def parse_variant(text: str) -> tuple[float, str]:
+    """``"0.01"`` or ``"0.01:approximate"``: a budget and the rounding of the circuit's truncations."""
+    budget, _, rounding = text.partition(":")
+    rounding = rounding or "exact"
+    if rounding not in ("exact", "approximate"):
+        raise argparse.ArgumentTypeError(f"rounding is exact or approximate, not {rounding!r}")
+    try:
+        return float(budget), rounding
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a budget is a number, not {budget!r}") from None
+
+
+def compiled(model, rounding: str) -> fhe.Circuit:
+    """The owner's circuit; ``approximate``: concrete's approximate rounding in place of the exact
+    truncations (``crypto.knn.thermo.circuit.distance_function``)."""
+    if rounding == "exact":
+        return compile_plan(model.plan, model.circuit_config())
+    configuration = model.circuit_config().concrete_configuration()
+    traced = thermo_circuit.circuit_function(model.plan, approximate=True)
+    compiler = fhe.Compiler(traced, {"code": "encrypted"})
+    return compiler.compile(thermo_circuit.compile_inputset(model.plan), configuration)
+
+
+def prepared(name: str, variant: tuple[float, str]):
+    """The owner model at ``variant``'s budget and rounding: its compiled circuit, a keyed client
+    and prepared keys."""
+    budget, rounding = variant
     train, test = load_bundled(name).split(seed=0)
     settings = replace(owner_settings(name), global_p_error=budget)
     bounds = bundled_public_bounds(name)
     model = build_model(name, train.features, train.labels, settings, public_bounds=bounds)
-    circuit = compile_plan(model.plan, model.circuit_config())
+    circuit = compiled(model, rounding)
     client = KnnClient(circuit.server.client_specs.serialize())
     client.generate_keys()
     keys = parse_evaluation_keys(client.evaluation_keys_bytes())
@@ -48,13 +75,16 @@ def prepared(name: str, budget: float):
     return model, circuit, client, keys, model.quantizer.transform(test.features)
 
 
-def interleaved(name: str, budgets: list[float], queries: int) -> tuple[list[dict], dict]:
-    setups = {budget: prepared(name, budget) for budget in budgets}
-    statistics = {budget: circuit_statistics(setups[budget][1]) for budget in budgets}
+Variant = tuple[float, str]
+
+
+def interleaved(name: str, variants: list[Variant], queries: int) -> tuple[list[dict], dict]:
+    setups = {variant: prepared(name, variant) for variant in variants}
+    statistics = {variant: circuit_statistics(setups[variant][1]) for variant in variants}
     rows = []
     for index in range(queries):
-        for budget in budgets:
-            model, circuit, client, keys, levels = setups[budget]
+        for variant in variants:
+            model, circuit, client, keys, levels = setups[variant]
             query = parse_ciphertext(client.encrypt(model.encode(levels[index])))
             started = time.perf_counter()
             result = run_encrypted(circuit.server, keys, query)
@@ -64,7 +94,8 @@ def interleaved(name: str, budgets: list[float], queries: int) -> tuple[list[dic
                 {
                     "dataset": name,
                     "row": index,
-                    "global_p_error": budget,
+                    "global_p_error": variant[0],
+                    "rounding": variant[1],
                     "seconds": round(seconds, 3),
                     "equals_clear": client.decrypt_class(result) == clear,
                     "load_average": round(os.getloadavg()[0], 2),
@@ -74,12 +105,13 @@ def interleaved(name: str, budgets: list[float], queries: int) -> tuple[list[dic
     return rows, statistics
 
 
-def summary_table(rows: list[dict], budgets: list[float]) -> str:
-    """Per data set: the median seconds per budget and the median of the per-row ratios to the
-    first budget."""
+def summary_table(rows: list[dict], variants: list[Variant]) -> str:
+    """Per data set: the median seconds per variant and the median of the per-row ratios to the
+    first variant."""
     head = [
         "data set",
         "global_p_error",
+        "rounding",
         "queries",
         "median s",
         "median per-row ratio",
@@ -89,19 +121,25 @@ def summary_table(rows: list[dict], budgets: list[float]) -> str:
     table = []
     for name in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == name]
-        base = {r["row"]: float(r["seconds"]) for r in mine if float(r["global_p_error"]) == budgets[0]}
-        for budget in budgets:
-            these = [r for r in mine if float(r["global_p_error"]) == budget]
+
+        def of(variant: Variant, mine: list[dict] = mine) -> list[dict]:
+            return [r for r in mine if (float(r["global_p_error"]), r["rounding"]) == variant]
+
+        base = {r["row"]: float(r["seconds"]) for r in of(variants[0])}
+        first = f"{variants[0][0]:g} {variants[0][1]}"
+        for variant in variants:
+            these = of(variant)
             ratio = np.median([base[r["row"]] / float(r["seconds"]) for r in these])
             loads = [float(r["load_average"]) for r in these]
             equal = sum(str(r["equals_clear"]) == "True" for r in these)
             table.append(
                 [
                     name,
-                    f"{budget:g}",
+                    f"{variant[0]:g}",
+                    variant[1],
                     str(len(these)),
                     f"{np.median([float(r['seconds']) for r in these]):.2f}",
-                    f"{ratio:.2f}x faster than {budgets[0]:g}" if budget != budgets[0] else "1",
+                    f"{ratio:.2f}x faster than {first}" if variant != variants[0] else "1",
                     f"{min(loads):.1f}-{max(loads):.1f}",
                     f"{equal} of {len(these)} equal the clear reference",
                 ]
@@ -115,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dataset", nargs="+", choices=sorted(BUNDLED), default=["iris"], help="data sets")
     parser.add_argument(
-        "--budgets", nargs="+", type=float, default=[1e-4, 1e-2], help="global_p_error values"
+        "--budgets",
+        nargs="+",
+        type=parse_variant,
+        default=[(1e-4, "exact"), (1e-2, "exact")],
+        help="global_p_error values, each optionally with :approximate (concrete's approximate "
+        "rounding in place of the exact truncations), e.g. 1e-4 0.1 0.01:approximate",
     )
     parser.add_argument("--queries", type=int, default=4, help="test rows evaluated under every budget")
     parser.add_argument("--out", type=Path, default=Path("results/knn_budget_seconds.csv"), help="the CSV")
