@@ -273,10 +273,18 @@ def answer_guarantee(info: knn_pb2.ModelInfo) -> str:
     probability (concrete's bound on a wrong lookup in one evaluation; a wrong lookup need not
     change the class). The figure is printed rounded up to two significant digits. A server's
     description is input like any other: 0 (a server older than the field) or a value outside
-    (0, 1) states no bound. It says nothing of a hostile server, which can answer any class
-    (docs/explanation/device-trust.md)."""
+    (0, 1) states no bound. ``ModelInfo.rounding`` "approximate" (concrete's approximate rounding
+    of the distances, whose one-step errors fall outside the budget) or a rounding the device does
+    not know claims no bound either; empty (a server older than the field) is "exact". It says
+    nothing of a hostile server, which can answer any class (docs/explanation/device-trust.md)."""
     budget = info.global_p_error
     name = shown(info.name, 64)
+    rounding = info.rounding or "exact"
+    if rounding not in ("exact", "approximate"):
+        return (
+            f"model {name!r} states a rounding the device does not know ({shown(rounding, 32)!r}): how "
+            "often an answer may differ from the clear k-NN answer is unknown"
+        )
     if budget == 0:
         return (
             f"model {name!r} states no error budget: how often an answer may differ from the clear "
@@ -286,6 +294,12 @@ def answer_guarantee(info: knn_pb2.ModelInfo) -> str:
         return (
             f"model {name!r} states an error budget that is not a probability ({budget!r}): how often "
             "an answer may differ from the clear k-NN answer is unknown"
+        )
+    if rounding == "approximate":
+        return (
+            f"model {name!r} rounds its distances approximately: an answer may differ from the clear "
+            f"k-NN answer more often than its error budget of {bound_text(budget)} says (a point's "
+            "distance may land one step off; the budget bounds the other lookups only)"
         )
     return (
         f"each answer equals the clear k-NN answer of model {name!r} except with probability at most "

@@ -8,6 +8,10 @@ each, as a registration does) first; then the same test rows are evaluated under
 under B, row after row, and each row's ratio A / B is taken from two evaluations seconds apart.
 Every decrypted answer is checked against the clear reference.
 
+``--keys-only`` measures no seconds: per variant it compiles, generates keys and records the
+evaluation keys' bytes as a client uploads them (concrete's compressed serialisation) beside the
+raw sizes; bytes do not depend on the machine's load.
+
     python -m petlab.experiments.knn_budget_seconds --dataset iris --queries 8 \\
         --budgets 1e-4 1e-2 1e-2:approximate --out results/knn_budget_seconds.csv
 """
@@ -22,13 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from concrete import fhe
 
 from petlab.crypto.knn.config import circuit_statistics
 from petlab.crypto.knn.deployment import KnnClient, parse_ciphertext, parse_evaluation_keys, run_encrypted
 from petlab.crypto.knn.families import classify_clear, compile_plan
 from petlab.crypto.knn.model import build_model
-from petlab.crypto.knn.thermo import circuit as thermo_circuit
 from petlab.experiments import markdown
 from petlab.server.knn.datasets import BUNDLED, bundled_public_bounds, load_bundled, owner_settings
 from petlab.server.knn.key_warmup import prepare_keys
@@ -48,26 +50,16 @@ def parse_variant(text: str) -> tuple[float, str]:
         raise argparse.ArgumentTypeError(f"a budget is a number, not {budget!r}") from None
 
 
-def compiled(model, rounding: str) -> fhe.Circuit:
-    """The owner's circuit; ``approximate``: concrete's approximate rounding in place of the exact
-    truncations (``crypto.knn.thermo.circuit.distance_function``)."""
-    if rounding == "exact":
-        return compile_plan(model.plan, model.circuit_config())
-    configuration = model.circuit_config().concrete_configuration()
-    traced = thermo_circuit.circuit_function(model.plan, approximate=True)
-    compiler = fhe.Compiler(traced, {"code": "encrypted"})
-    return compiler.compile(thermo_circuit.compile_inputset(model.plan), configuration)
-
-
 def prepared(name: str, variant: tuple[float, str]):
-    """The owner model at ``variant``'s budget and rounding: its compiled circuit, a keyed client
+    """The owner model at ``variant``'s budget and rounding (``KnnSettings.rounding``; approximate
+    on a model that truncates nothing is its exact circuit): its compiled circuit, a keyed client
     and prepared keys."""
     budget, rounding = variant
     train, test = load_bundled(name).split(seed=0)
-    settings = replace(owner_settings(name), global_p_error=budget)
+    settings = replace(owner_settings(name), global_p_error=budget, rounding=rounding)
     bounds = bundled_public_bounds(name)
     model = build_model(name, train.features, train.labels, settings, public_bounds=bounds)
-    circuit = compiled(model, rounding)
+    circuit = compile_plan(model.plan, model.circuit_config())
     client = KnnClient(circuit.server.client_specs.serialize())
     client.generate_keys()
     keys = parse_evaluation_keys(client.evaluation_keys_bytes())
@@ -76,6 +68,39 @@ def prepared(name: str, variant: tuple[float, str]):
 
 
 Variant = tuple[float, str]
+KEY_COLUMNS = [
+    "dataset",
+    "global_p_error",
+    "rounding",
+    "pbs_count",
+    "complexity",
+    "raw_key_bytes",
+    "upload_bytes",
+]
+
+
+def key_sizes(name: str, variant: Variant) -> dict:
+    """The owner model at ``variant`` (split 0's training rows): its cost figures and the bytes of a
+    fresh client's evaluation keys as uploaded."""
+    budget, rounding = variant
+    train, _ = load_bundled(name).split(seed=0)
+    settings = replace(owner_settings(name), global_p_error=budget, rounding=rounding)
+    model = build_model(
+        name, train.features, train.labels, settings, public_bounds=bundled_public_bounds(name)
+    )
+    circuit = compile_plan(model.plan, model.circuit_config())
+    client = KnnClient(circuit.server.client_specs.serialize())
+    client.generate_keys()
+    stats = circuit_statistics(circuit)
+    return {
+        "dataset": name,
+        "global_p_error": budget,
+        "rounding": model.rounding,
+        "pbs_count": stats["pbs_count"],
+        "complexity": f"{stats['complexity']:.3e}",
+        "raw_key_bytes": stats["bootstrap_key_bytes"] + stats["keyswitch_key_bytes"],
+        "upload_bytes": len(client.evaluation_keys_bytes()),
+    }
 
 
 def interleaved(name: str, variants: list[Variant], queries: int) -> tuple[list[dict], dict]:
@@ -162,7 +187,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--queries", type=int, default=4, help="test rows evaluated under every budget")
     parser.add_argument("--out", type=Path, default=Path("results/knn_budget_seconds.csv"), help="the CSV")
+    parser.add_argument(
+        "--keys-only",
+        action="store_true",
+        help="no timings: each variant's evaluation key bytes (module doc)",
+    )
     args = parser.parse_args(argv)
+    if args.keys_only:
+        sizes = []
+        for name in args.dataset:
+            for variant in args.budgets:
+                sizes.append(key_sizes(name, variant))
+                print(sizes[-1], flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=KEY_COLUMNS)
+            writer.writeheader()
+            writer.writerows(sizes)
+        table = markdown.table(KEY_COLUMNS, [[str(r[c]) for c in KEY_COLUMNS] for r in sizes]) + "\n"
+        args.out.with_suffix(".md").write_text(table)
+        print(table)
+        return 0
     rows: list[dict] = []
     for name in args.dataset:
         found, statistics = interleaved(name, args.budgets, args.queries)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17petlab/protos/knn.proto\x12\rpetlab.knn.v1\"\xc7\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\t\n\x01\x64\x18\x03 \x01(\r\x12\x0c\n\x04\x62its\x18\x04 \x01(\r\x12\x13\n\x0b\x63lass_names\x18\x05 \x03(\t\x12\x15\n\rfeature_names\x18\x06 \x03(\t\x12\x14\n\x0c\x66\x65\x61ture_lows\x18\x07 \x03(\x01\x12\x15\n\rfeature_highs\x18\x08 \x03(\x01\x12\x11\n\talgorithm\x18\t \x01(\t\x12\x16\n\x0eglobal_p_error\x18\n \x01(\x01\"\x13\n\x11ListModelsRequest\">\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.petlab.knn.v1.ModelInfo\"&\n\x15GetClientSpecsRequest\x12\r\n\x05model\x18\x01 \x01(\t\"m\n\x16GetClientSpecsResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.petlab.knn.v1.ModelInfo\x12\x14\n\x0c\x63lient_specs\x18\x02 \x01(\x0c\x12\x14\n\x0cspecs_sha256\x18\x03 \x01(\t\"a\n\x08KeyChunk\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\ntotal_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x14\n\x0cwarmup_query\x18\x05 \x01(\x0c\"4\n\x14RegisterKeysResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"I\n\x0f\x43lassifyRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x17\n\x0f\x65ncrypted_query\x18\x03 \x01(\x0c\"+\n\x10\x43lassifyResponse\x12\x17\n\x0f\x65ncrypted_class\x18\x01 \x01(\x0c\"P\n\x14\x43lassifyBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x19\n\x11\x65ncrypted_queries\x18\x03 \x03(\x0c\"2\n\x15\x43lassifyBatchResponse\x12\x19\n\x11\x65ncrypted_classes\x18\x01 \x03(\x0c\x32\xb7\x03\n\nKnnService\x12Q\n\nListModels\x12 .petlab.knn.v1.ListModelsRequest\x1a!.petlab.knn.v1.ListModelsResponse\x12]\n\x0eGetClientSpecs\x12$.petlab.knn.v1.GetClientSpecsRequest\x1a%.petlab.knn.v1.GetClientSpecsResponse\x12N\n\x0cRegisterKeys\x12\x17.petlab.knn.v1.KeyChunk\x1a#.petlab.knn.v1.RegisterKeysResponse(\x01\x12K\n\x08\x43lassify\x12\x1e.petlab.knn.v1.ClassifyRequest\x1a\x1f.petlab.knn.v1.ClassifyResponse\x12Z\n\rClassifyBatch\x12#.petlab.knn.v1.ClassifyBatchRequest\x1a$.petlab.knn.v1.ClassifyBatchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17petlab/protos/knn.proto\x12\rpetlab.knn.v1\"\xd9\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\t\n\x01\x64\x18\x03 \x01(\r\x12\x0c\n\x04\x62its\x18\x04 \x01(\r\x12\x13\n\x0b\x63lass_names\x18\x05 \x03(\t\x12\x15\n\rfeature_names\x18\x06 \x03(\t\x12\x14\n\x0c\x66\x65\x61ture_lows\x18\x07 \x03(\x01\x12\x15\n\rfeature_highs\x18\x08 \x03(\x01\x12\x11\n\talgorithm\x18\t \x01(\t\x12\x16\n\x0eglobal_p_error\x18\n \x01(\x01\x12\x10\n\x08rounding\x18\x0b \x01(\t\"\x13\n\x11ListModelsRequest\">\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.petlab.knn.v1.ModelInfo\"&\n\x15GetClientSpecsRequest\x12\r\n\x05model\x18\x01 \x01(\t\"m\n\x16GetClientSpecsResponse\x12\'\n\x05model\x18\x01 \x01(\x0b\x32\x18.petlab.knn.v1.ModelInfo\x12\x14\n\x0c\x63lient_specs\x18\x02 \x01(\x0c\x12\x14\n\x0cspecs_sha256\x18\x03 \x01(\t\"a\n\x08KeyChunk\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\ntotal_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x14\n\x0cwarmup_query\x18\x05 \x01(\x0c\"4\n\x14RegisterKeysResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"I\n\x0f\x43lassifyRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x17\n\x0f\x65ncrypted_query\x18\x03 \x01(\x0c\"+\n\x10\x43lassifyResponse\x12\x17\n\x0f\x65ncrypted_class\x18\x01 \x01(\x0c\"P\n\x14\x43lassifyBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x19\n\x11\x65ncrypted_queries\x18\x03 \x03(\x0c\"2\n\x15\x43lassifyBatchResponse\x12\x19\n\x11\x65ncrypted_classes\x18\x01 \x03(\x0c\x32\xb7\x03\n\nKnnService\x12Q\n\nListModels\x12 .petlab.knn.v1.ListModelsRequest\x1a!.petlab.knn.v1.ListModelsResponse\x12]\n\x0eGetClientSpecs\x12$.petlab.knn.v1.GetClientSpecsRequest\x1a%.petlab.knn.v1.GetClientSpecsResponse\x12N\n\x0cRegisterKeys\x12\x17.petlab.knn.v1.KeyChunk\x1a#.petlab.knn.v1.RegisterKeysResponse(\x01\x12K\n\x08\x43lassify\x12\x1e.petlab.knn.v1.ClassifyRequest\x1a\x1f.petlab.knn.v1.ClassifyResponse\x12Z\n\rClassifyBatch\x12#.petlab.knn.v1.ClassifyBatchRequest\x1a$.petlab.knn.v1.ClassifyBatchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,27 +32,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'petlab.protos.knn_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODELINFO']._serialized_start=43
-  _globals['_MODELINFO']._serialized_end=242
-  _globals['_LISTMODELSREQUEST']._serialized_start=244
-  _globals['_LISTMODELSREQUEST']._serialized_end=263
-  _globals['_LISTMODELSRESPONSE']._serialized_start=265
-  _globals['_LISTMODELSRESPONSE']._serialized_end=327
-  _globals['_GETCLIENTSPECSREQUEST']._serialized_start=329
-  _globals['_GETCLIENTSPECSREQUEST']._serialized_end=367
-  _globals['_GETCLIENTSPECSRESPONSE']._serialized_start=369
-  _globals['_GETCLIENTSPECSRESPONSE']._serialized_end=478
-  _globals['_KEYCHUNK']._serialized_start=480
-  _globals['_KEYCHUNK']._serialized_end=577
-  _globals['_REGISTERKEYSRESPONSE']._serialized_start=579
-  _globals['_REGISTERKEYSRESPONSE']._serialized_end=631
-  _globals['_CLASSIFYREQUEST']._serialized_start=633
-  _globals['_CLASSIFYREQUEST']._serialized_end=706
-  _globals['_CLASSIFYRESPONSE']._serialized_start=708
-  _globals['_CLASSIFYRESPONSE']._serialized_end=751
-  _globals['_CLASSIFYBATCHREQUEST']._serialized_start=753
-  _globals['_CLASSIFYBATCHREQUEST']._serialized_end=833
-  _globals['_CLASSIFYBATCHRESPONSE']._serialized_start=835
-  _globals['_CLASSIFYBATCHRESPONSE']._serialized_end=885
-  _globals['_KNNSERVICE']._serialized_start=888
-  _globals['_KNNSERVICE']._serialized_end=1327
+  _globals['_MODELINFO']._serialized_end=260
+  _globals['_LISTMODELSREQUEST']._serialized_start=262
+  _globals['_LISTMODELSREQUEST']._serialized_end=281
+  _globals['_LISTMODELSRESPONSE']._serialized_start=283
+  _globals['_LISTMODELSRESPONSE']._serialized_end=345
+  _globals['_GETCLIENTSPECSREQUEST']._serialized_start=347
+  _globals['_GETCLIENTSPECSREQUEST']._serialized_end=385
+  _globals['_GETCLIENTSPECSRESPONSE']._serialized_start=387
+  _globals['_GETCLIENTSPECSRESPONSE']._serialized_end=496
+  _globals['_KEYCHUNK']._serialized_start=498
+  _globals['_KEYCHUNK']._serialized_end=595
+  _globals['_REGISTERKEYSRESPONSE']._serialized_start=597
+  _globals['_REGISTERKEYSRESPONSE']._serialized_end=649
+  _globals['_CLASSIFYREQUEST']._serialized_start=651
+  _globals['_CLASSIFYREQUEST']._serialized_end=724
+  _globals['_CLASSIFYRESPONSE']._serialized_start=726
+  _globals['_CLASSIFYRESPONSE']._serialized_end=769
+  _globals['_CLASSIFYBATCHREQUEST']._serialized_start=771
+  _globals['_CLASSIFYBATCHREQUEST']._serialized_end=851
+  _globals['_CLASSIFYBATCHRESPONSE']._serialized_start=853
+  _globals['_CLASSIFYBATCHRESPONSE']._serialized_end=903
+  _globals['_KNNSERVICE']._serialized_start=906
+  _globals['_KNNSERVICE']._serialized_end=1345
 # @@protoc_insertion_point(module_scope)

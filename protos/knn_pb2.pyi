@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs", "algorithm", "global_p_error")
+    __slots__ = ("name", "dataset", "d", "bits", "class_names", "feature_names", "feature_lows", "feature_highs", "algorithm", "global_p_error", "rounding")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     D_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class ModelInfo(_message.Message):
     FEATURE_HIGHS_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_P_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ROUNDING_FIELD_NUMBER: _ClassVar[int]
     name: str
     dataset: str
     d: int
@@ -28,7 +29,8 @@ class ModelInfo(_message.Message):
     feature_highs: _containers.RepeatedScalarFieldContainer[float]
     algorithm: str
     global_p_error: float
-    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ..., algorithm: _Optional[str] = ..., global_p_error: _Optional[float] = ...) -> None: ...
+    rounding: str
+    def __init__(self, name: _Optional[str] = ..., dataset: _Optional[str] = ..., d: _Optional[int] = ..., bits: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., feature_names: _Optional[_Iterable[str]] = ..., feature_lows: _Optional[_Iterable[float]] = ..., feature_highs: _Optional[_Iterable[float]] = ..., algorithm: _Optional[str] = ..., global_p_error: _Optional[float] = ..., rounding: _Optional[str] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

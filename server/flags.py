@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from petlab.crypto.knn.config import check_rounding
 from petlab.crypto.knn.families import ALGORITHMS, DEFAULT_ALGORITHM
 from petlab.crypto.knn.model import KnnSettings, check_error_budget
 from petlab.crypto.knn.thermo.plan import DistanceChoice
@@ -180,6 +181,15 @@ def add_knn_arguments(serve: argparse._ActionsContainer) -> None:
         "from the clear k-NN answer (concrete's global_p_error; published to clients; default: the "
         "family's, 1e-4 for thermo)",
     )
+    add_env_option(
+        serve,
+        "--rounding",
+        _rounding,
+        "exact",
+        "thermo family: how distances' low bits are dropped, exact or approximate (concrete's "
+        "approximate rounding: faster, but a distance may land one step off, outside the error budget; "
+        "published to clients; one circuit only, no --partitions)",
+    )
     add_env_option(serve, "--key-idle-hours", float, 24.0, "registered keys unused this long expire")
     add_env_option(
         serve,
@@ -265,6 +275,9 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         if not name or not path:
             raise ValueError(f"--bounds takes NAME=FILE, got {item!r}")
         bounds[name] = Path(path)
+    cluster = spec_from_args(args)
+    if args.rounding != "exact" and (args.partitions > 1 or cluster.enabled):
+        raise ValueError("--rounding approximate runs one whole circuit: drop --partitions and the cluster")
     return {
         "models": args.model or [m for m in str(env("MODEL", "")).split(",") if m],
         "settings": KnnSettings(
@@ -274,6 +287,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
             algorithm=args.algorithm,
             distance=DistanceChoice.parse(args.distance) if args.distance else None,
             global_p_error=args.global_p_error,
+            rounding=args.rounding,
         ),
         "label_column": args.label_column,
         "bounds": bounds,
@@ -282,7 +296,7 @@ def knn_options(args: argparse.Namespace) -> dict[str, Any]:
         "key_owners": args.key_owners,
         "key_memory_bytes": int(args.key_memory_mb * (1 << 20)),
         "enable_paillier_baseline": args.enable_paillier_baseline,
-        "cluster": spec_from_args(args),
+        "cluster": cluster,
         "partitions": args.partitions,
         "limits": ServiceLimits(
             upload_slots=args.upload_slots,
@@ -313,6 +327,14 @@ def _error_budget(text: str) -> float:
         raise _BadFlagValue(
             f"the error budget must be a probability strictly between 0 and 1, got {text!r}"
         ) from None
+
+
+def _rounding(text: str) -> str:
+    """``--rounding``: exact or approximate (``crypto.knn.config.check_rounding``)."""
+    try:
+        return check_rounding(text)
+    except ValueError:
+        raise _BadFlagValue(f"rounding is 'exact' or 'approximate', got {text!r}") from None
 
 
 def _points(text: str) -> int | None:

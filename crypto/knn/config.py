@@ -17,6 +17,11 @@ class CircuitConfig:
         the default is concrete's own (1e-5), so a wrong class is a one-in-100,000 event at most.
     parameter_selection_strategy: concrete's "multi" (one parameter set per precision) or "mono".
     compress_*: concrete's seeded compression of evaluation keys and of input ciphertexts.
+    rounding: how the thermo family drops a distance's low bits before its reduction lookup:
+        "exact" (``fhe.truncate_bit_pattern``, one PBS per bit) or "approximate" (concrete's
+        approximate rounding, folded into the lookup; each distance may land one step off, outside
+        ``global_p_error``: ``crypto.knn.thermo.circuit.distance_function``). Other families have
+        no such step and accept "exact" only (``crypto.knn.model.KnnSettings``).
     """
 
     sign_bits: int = 4
@@ -24,6 +29,7 @@ class CircuitConfig:
     parameter_selection_strategy: str = "multi"
     compress_evaluation_keys: bool = True
     compress_input_ciphertexts: bool = True
+    rounding: str = "exact"
 
     def __post_init__(self) -> None:
         if not 2 <= self.sign_bits <= 8:
@@ -32,6 +38,7 @@ class CircuitConfig:
             raise ValueError("global_p_error must be a probability strictly between 0 and 1")
         if self.parameter_selection_strategy not in ("multi", "mono"):
             raise ValueError("parameter_selection_strategy must be 'multi' or 'mono'")
+        check_rounding(self.rounding)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +62,16 @@ class CircuitConfig:
             # (crypto.knn.thermo.circuit; issue 25)
             optimize_tlu_based_on_original_bit_width=False,
         )
+
+
+ROUNDINGS = ("exact", "approximate")
+
+
+def check_rounding(rounding: object) -> str:
+    """``rounding`` if it is one of :data:`ROUNDINGS`; ``ValueError`` naming them otherwise."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be 'exact' or 'approximate', got {rounding!r}")
+    return str(rounding)
 
 
 def circuit_statistics(circuit: fhe.Circuit | fhe.Server) -> dict:

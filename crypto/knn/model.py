@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from petlab.crypto.knn.condensation import choose_size
-from petlab.crypto.knn.config import CircuitConfig
+from petlab.crypto.knn.config import CircuitConfig, check_rounding
 from petlab.crypto.knn.families import DEFAULT_ALGORITHM, default_config, family, family_of
 from petlab.crypto.knn.quantization import MinMaxQuantizer
 from petlab.crypto.knn.thermo.plan import DistanceChoice
@@ -39,7 +39,12 @@ class KnnSettings:
     error budget: concrete's ``global_p_error``, the probability that any lookup of one evaluation
     errs, which bounds the probability that an encrypted answer differs from the clear k-NN answer
     (None: the family's measured default, ``crypto.knn.families.default_config``). A larger budget
-    lets concrete pick smaller parameters (docs/explanation/knn-speed.md, "The error budget")."""
+    lets concrete pick smaller parameters (docs/explanation/knn-speed.md, "The error budget").
+    ``rounding`` (thermo only): how a distance's low bits are dropped before its reduction lookup,
+    "exact" or "approximate" (concrete's approximate rounding: fewer and cheaper lookups, but each
+    distance may land one step off, outside the error budget; ``crypto.knn.config.CircuitConfig``).
+    A model whose distances are not truncated (e.g. Iris's default distance) has nothing to round
+    and is built exact whatever this says."""
 
     n: int | None = 40  # None: the whole training set
     k: int = 3
@@ -51,11 +56,15 @@ class KnnSettings:
     # chosen on the training rows only (``crypto.knn.condensation``); None keeps every point
     condense: float | None = None
     global_p_error: float | None = None
+    rounding: str = "exact"
 
     def __post_init__(self) -> None:
         family(self.algorithm)  # ValueError for an unknown family
         if self.global_p_error is not None:
             check_error_budget(self.global_p_error)
+        check_rounding(self.rounding)
+        if self.rounding != "exact" and self.algorithm != "thermo":
+            raise ValueError("approximate rounding applies to the thermo family only")
         if self.distance is not None and self.algorithm != "thermo":
             raise ValueError("a distance choice applies to the thermo family only")
         if self.condense is not None and not 0 <= self.condense < 1:
@@ -78,14 +87,20 @@ class KnnModel:
     # family's default): an encrypted answer equals the clear reference's except with at most this
     # probability; published in ModelInfo
     global_p_error: float = 1e-4
+    # how the circuit drops distances' low bits (KnnSettings.rounding; "exact" when the plan
+    # truncates nothing): published in ModelInfo, since "approximate" answers fall outside the budget
+    rounding: str = "exact"
 
     def __post_init__(self) -> None:
         check_error_budget(self.global_p_error)
+        check_rounding(self.rounding)
 
     def circuit_config(self) -> CircuitConfig:
-        """The family's measured compilation settings with this model's error budget: what
-        ``petlab-server`` compiles the model with (and so what its cache key covers)."""
-        return replace(default_config(self.algorithm), global_p_error=self.global_p_error)
+        """The family's measured compilation settings with this model's error budget and rounding:
+        what ``petlab-server`` compiles the model with (and so what its cache key covers)."""
+        return replace(
+            default_config(self.algorithm), global_p_error=self.global_p_error, rounding=self.rounding
+        )
 
     @property
     def d(self) -> int:
@@ -113,6 +128,9 @@ class KnnModel:
         """Digest of everything the compiled artifact depends on (training data, settings,
         circuit configuration, concrete-python version, this module's circuit format, and the
         number of partitions of a split evaluation, ``crypto.knn.split``)."""
+        settings = config.to_dict()
+        if settings["rounding"] == "exact":  # exact circuits keep the keys they had
+            del settings["rounding"]
         digest = hashlib.sha256()
         for array in (self.plan.train, self.plan.labels):
             digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
@@ -123,7 +141,7 @@ class KnnModel:
             "n_classes": self.plan.n_classes,
             "algorithm": self.algorithm,
             "distance": repr(getattr(self.plan, "spec", None)),  # the thermo family's public distance
-            "config": config.to_dict(),
+            "config": settings,
             "concrete": version("concrete-python"),
             "format": CIRCUIT_FORMAT_VERSION,
         }
@@ -198,7 +216,9 @@ def build_model(
     budget = settings.global_p_error
     if budget is None:
         budget = default_config(settings.algorithm).global_p_error
-    return KnnModel(name, quantizer, plan, names, feature_names, selection, budget)
+    spec = getattr(plan, "spec", None)  # the thermo family's distance: rounding only where it truncates
+    rounding = settings.rounding if spec is not None and spec.shift > 0 else "exact"
+    return KnnModel(name, quantizer, plan, names, feature_names, selection, budget, rounding)
 
 
 def check_error_budget(global_p_error: float) -> float:

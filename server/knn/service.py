@@ -120,6 +120,7 @@ class HostedModel:
             feature_highs=quantizer.highs,
             algorithm=self.model.algorithm,
             global_p_error=self.model.global_p_error,
+            rounding=self.model.rounding,
         )
 
 

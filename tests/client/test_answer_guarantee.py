@@ -32,6 +32,20 @@ def test_no_bound_is_claimed_without_a_valid_budget(budget):
     assert "at most" not in text and "unknown" in text
 
 
+def test_an_empty_rounding_is_exact_and_approximate_rounding_claims_no_bound():
+    """A server older than ``ModelInfo.rounding`` says nothing of it: exact. Approximate rounding's
+    one-step errors are outside the budget, so the device states the budget without claiming it
+    bounds the answers; a rounding it does not know claims nothing."""
+    exact = answer_guarantee(knn_pb2.ModelInfo(name="iris", global_p_error=0.1, rounding="exact"))
+    assert exact == answer_guarantee(knn_pb2.ModelInfo(name="iris", global_p_error=0.1))
+    approximate = answer_guarantee(knn_pb2.ModelInfo(name="bc", global_p_error=0.01, rounding="approximate"))
+    assert "except with probability" not in approximate
+    assert approximate.startswith("model 'bc' rounds its distances approximately: an answer may differ")
+    assert "error budget of 0.01" in approximate
+    unknown = answer_guarantee(knn_pb2.ModelInfo(name="bc", global_p_error=0.01, rounding="nearest"))
+    assert "at most" not in unknown and "unknown" in unknown and "'nearest'" in unknown
+
+
 def test_classify_prints_the_bound_with_the_classes(monkeypatch, capsys, tmp_path):
     """The classify command prints the classes on stdout and the bound on stderr (the encryption is
     replaced by a stand-in: only what the device prints is under test)."""

@@ -24,22 +24,30 @@ def entry(budget, complexity, agreement, accuracy, rounding="exact", float_knn=0
     }
 
 
-def test_the_cheapest_budget_that_meets_the_bar_is_chosen():
+def test_the_cheapest_variant_that_meets_the_bar_is_chosen():
     summary = [
         entry(1e-4, 10.0, 1.0, 0.95),
         entry(1e-2, 6.0, 0.996, 0.941),  # within one point, agreement 99.6 %: meets the bar
         entry(1e-1, 5.0, 0.994, 0.95),  # agreement below 99.5 %
         entry(3e-2, 5.5, 0.999, 0.939),  # 1.1 points below float k-NN
-        entry(1e-2, 1.0, 1.0, 0.95, rounding="approximate"),  # outside the budget: never chosen
+        entry(1e-2, 4.0, 0.994, 0.95, rounding="approximate"),  # cheaper, agreement below 99.5 %
     ]
-    assert knn_budget.chosen_budgets(summary) == {"d": 1e-2}
-    assert knn_budget.chosen_budgets(summary[2:4]) == {}
+    assert knn_budget.chosen_settings(summary) == {"d": (1e-2, "exact")}
+    assert knn_budget.chosen_settings(summary[2:]) == {}
+    # approximate rounding competes like any variant, measured against the exact clear reference
+    cheaper = [*summary, entry(1e-1, 3.0, 0.995, 0.945, rounding="approximate")]
+    assert knn_budget.chosen_settings(cheaper) == {"d": (1e-1, "approximate")}
+    # on a tie of complexity: the larger budget, then exact rounding
+    tied = [entry(1e-2, 2.0, 1.0, 0.95, rounding="approximate"), entry(1e-2, 2.0, 1.0, 0.95)]
+    assert knn_budget.chosen_settings(tied) == {"d": (1e-2, "exact")}
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="results/knn_budget.csv is not in this checkout")
-def test_the_owner_settings_budgets_are_the_measured_choice():
-    """``owner_settings`` carries, for every data set the committed sweep measured, the budget
-    its rule chose (``python -m petlab.experiments.knn_budget``, docs/explanation/knn-speed.md)."""
-    chosen = knn_budget.chosen_budgets(knn_budget.summarize(knn_budget.read_rows(RESULTS)))
-    assert chosen, "the sweep chose no budget"
-    assert {name: owner_settings(name).global_p_error for name in chosen} == chosen
+def test_the_owner_settings_budgets_and_roundings_are_the_measured_choice():
+    """``owner_settings`` carries, for every data set the committed sweep measured, the budget and
+    rounding its rule chose (``python -m petlab.experiments.knn_budget``,
+    docs/explanation/knn-speed.md)."""
+    chosen = knn_budget.chosen_settings(knn_budget.summarize(knn_budget.read_rows(RESULTS)))
+    assert chosen, "the sweep chose no setting"
+    owner = {name: (owner_settings(name).global_p_error, owner_settings(name).rounding) for name in chosen}
+    assert owner == chosen

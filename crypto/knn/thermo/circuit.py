@@ -103,11 +103,14 @@ def distance_function(
     :data:`DISTANCE_STAGES` ("raw": ``code @ weights + offsets``; "truncated": its ``shift`` low
     bits cleared, still scaled by ``2^shift``); the circuit always uses "reduced".
 
-    ``approximate`` (measurement only, ``experiments/knn_budget.py``): concrete's approximate
+    ``approximate`` (the owner's ``KnnSettings.rounding = "approximate"``): concrete's approximate
     rounding (``fhe.round_bit_pattern``, ``Exactness.APPROXIMATE``, folded into the reduction
     lookup: no PBS of its own) in place of the exact truncation. It rounds to nearest rather than
-    down, and near every rounding boundary it may land one step off, outside the error budget:
-    the distances are no longer :meth:`DistanceSpec.reduce`'s and no clear reference equals them."""
+    down, and near every rounding midpoint it may land one step off (concrete documents the error
+    as at most one step of the rounded value, pseudo-random, drawn from the encryption's mask and
+    noise), outside the error budget: the distances are no longer :meth:`DistanceSpec.reduce`'s,
+    and the answers are compared with the exact algorithm's clear reference by measurement only
+    (``experiments/knn_budget.py``)."""
     if upto not in DISTANCE_STAGES:
         raise ValueError(f"upto must be one of {DISTANCE_STAGES}, got {upto!r}")
     reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
@@ -133,7 +136,7 @@ def distance_function(
 
 def circuit_function(plan: ThermoPlan, approximate: bool = False) -> Callable:
     """The traced function: encrypted code (d (2^bits - 1),) -> encrypted class index
-    (``approximate``: :func:`distance_function`'s, for measurement only)."""
+    (``approximate``: :func:`distance_function`'s)."""
     spec, program = plan.spec, plan.program
     dist_bits, cmp_bits = spec.distance_bits, spec.compare_bits
     fill = spec.filler
@@ -170,7 +173,9 @@ def compile_inputset(plan: ThermoPlan, seed: int = 0, random_queries: int = 64) 
 def compile_thermo_circuit(
     plan: ThermoPlan, config: CircuitConfig, simulation: bool = False, execution: bool = True
 ) -> fhe.Circuit:
-    """Compile the circuit; with ``simulation`` it can also be run with ``circuit.simulate``
-    (with ``execution=False``, only simulated)."""
-    compiler = fhe.Compiler(circuit_function(plan), {"code": "encrypted"})
+    """Compile the circuit (``config.rounding``: exact truncation or concrete's approximate
+    rounding, :func:`distance_function`); with ``simulation`` it can also be run with
+    ``circuit.simulate`` (with ``execution=False``, only simulated)."""
+    traced = circuit_function(plan, approximate=config.rounding == "approximate")
+    compiler = fhe.Compiler(traced, {"code": "encrypted"})
     return compiler.compile(compile_inputset(plan), config.concrete_configuration(simulation, execution))

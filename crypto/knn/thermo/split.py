@@ -128,6 +128,11 @@ def split_program(plan: ThermoPlan, parts: int, config: CircuitConfig) -> SplitP
     """The module's stages and graph for P = ``parts`` partitions (module docstring)."""
     if not 2 <= parts <= plan.n:
         raise ValueError(f"a split evaluation needs between 2 and n = {plan.n} partitions, got {parts}")
+    if config.rounding != "exact":  # the partitions' clear twins and PBS counts assume exact truncation
+        raise ValueError(
+            "a split evaluation runs the exact truncation only: serve a model with approximate rounding "
+            "as one circuit (no --partitions, --cluster or --local-workers)"
+        )
     exchange = _exchange(plan.spec)
     indices = partitions(plan.n, parts)
     return merge_tree_program(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnSettings, build_model
+from petlab.crypto.knn.thermo.plan import DistanceChoice
 from petlab.server.knn.datasets import load_bundled
 
 
@@ -34,3 +36,35 @@ def test_the_budget_is_the_models_and_in_its_cache_key():
     assert default.cache_key(default.circuit_config()) != loose.cache_key(loose.circuit_config())
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         replace(default, global_p_error=1.0)
+
+
+def test_rounding_is_exact_or_approximate_and_approximate_is_the_thermo_familys():
+    with pytest.raises(ValueError, match="'exact' or 'approximate'"):
+        KnnSettings(rounding="nearest")
+    with pytest.raises(ValueError, match="thermo family only"):
+        KnnSettings(algorithm="fast", rounding="approximate")
+    assert KnnSettings().rounding == "exact"
+
+
+def test_approximate_rounding_is_the_models_and_in_its_cache_key_where_the_distances_truncate():
+    """Breast cancer's owner distance drops 2 low bits: approximate rounding is its own circuit
+    (another cache key). Iris's default distance truncates nothing: the model is exact whatever
+    was asked."""
+    # the truncation depends on d, bits and the distance only: 30 rows (both classes) build fast
+    train = load_bundled("breast_cancer").subset(np.arange(30))
+
+    owner_distance = DistanceChoice(1, 3, 5)
+
+    def model(name, rounding, train=train, distance=owner_distance):
+        settings = KnnSettings(n=None, distance=distance, rounding=rounding)
+        return build_model(name, train.features, train.labels, settings)
+
+    exact, approximate = model("breast_cancer", "exact"), model("breast_cancer", "approximate")
+    assert exact.plan.spec.shift == 2
+    assert (exact.rounding, approximate.rounding) == ("exact", "approximate")
+    assert approximate.circuit_config().rounding == "approximate"
+    assert exact.cache_key(exact.circuit_config()) != approximate.cache_key(approximate.circuit_config())
+    iris = model("iris", "approximate", load_bundled("iris").subset(np.arange(0, 150, 5)), None)
+    assert iris.plan.spec.shift == 0 and iris.rounding == "exact"
+    with pytest.raises(ValueError, match="'exact' or 'approximate'"):
+        replace(exact, rounding="floor")

@@ -1,0 +1,249 @@
+"""Seconds against agreement and accuracy, per data set, and the owner settings' summary table.
+
+Joins three measurements of the same variants (an error budget and a rounding,
+``KnnSettings.global_p_error`` and ``KnnSettings.rounding``) of each bundled data set's owner model:
+
+- real-key seconds per query on a quiet machine, the variants interleaved row by row
+  (``experiments/knn_budget_seconds.py``; its CSVs, ``--seconds``);
+- agreement with the exact clear reference and accuracy over the splits, in concrete's simulation
+  with its lookup errors (``experiments/knn_budget.py``; ``--budget``);
+- evaluation key bytes as uploaded (``knn_budget_seconds --keys-only``; ``--keys``).
+
+It writes one figure per data set, ``knn_budget_<data set>.png``: seconds per query (x) against
+agreement and against accuracy (y), each variant a labelled point, the bar's lines beside them
+(99.5 % agreement; float k-NN less one point); and ``knn_speed_summary.md``: each data set's owner
+setting (``server.knn.datasets.owner_settings``) with its seconds, cost, keys, answers and target.
+
+    python -m petlab.experiments.knn_budget_figures \\
+        --seconds results/knn_budget_seconds_*_quiet.csv --budget results/knn_budget.csv \\
+        --keys results/knn_budget_keys.csv --out results
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from petlab.experiments import markdown
+from petlab.experiments.knn_budget import MIN_AGREEMENT, read_rows, summarize
+from petlab.server.knn.datasets import BUNDLED, owner_settings
+
+BASELINE = (1e-4, "exact")
+# seconds per query on 2 quiet cores at the owner setting, and upload bytes of its keys (public
+# targets of the k-NN speed work; Iris and wine: no slower than the baseline budget in the same run)
+TARGET_SECONDS = {"breast_cancer": 20.0, "digits": 90.0}
+TARGET_KEY_BYTES = {"digits": 150e6}
+
+
+def label(variant: tuple[float, str]) -> str:
+    budget, rounding = variant
+    return f"{budget:g}" + (" approximate" if rounding == "approximate" else "")
+
+
+def seconds_table(paths: list[Path]) -> pd.DataFrame:
+    """Per (data set, budget, rounding): median seconds, queries, the median per-row ratio of the
+    baseline's seconds to these (the baseline run in the same file), and answers equal to the clear
+    reference."""
+    rows = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        frame["equals_clear"] = frame["equals_clear"].astype(str) == "True"
+        for name, mine in frame.groupby("dataset", sort=False):
+            base = mine[(mine.global_p_error == BASELINE[0]) & (mine.rounding == BASELINE[1])]
+            base_by_row = dict(zip(base.row, base.seconds, strict=True))
+            for (budget, rounding), these in mine.groupby(["global_p_error", "rounding"], sort=False):
+                ratios = [
+                    base_by_row[r] / s
+                    for r, s in zip(these.row, these.seconds, strict=True)
+                    if r in base_by_row
+                ]
+                rows.append(
+                    {
+                        "dataset": name,
+                        "global_p_error": float(budget),
+                        "rounding": rounding,
+                        "queries": len(these),
+                        "seconds": float(np.median(these.seconds)),
+                        "ratio": float(np.median(ratios)) if ratios else float("nan"),
+                        "equal": int(these.equals_clear.sum()),
+                        "load": f"{these.load_average.min():.1f}-{these.load_average.max():.1f}",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def figure(name: str, seconds: pd.DataFrame, summary: list[dict], out: Path) -> Path | None:
+    """``out``/knn_budget_<name>.png, or None when no variant has both seconds and answers."""
+    points = []
+    for entry in summary:
+        if entry["dataset"] != name:
+            continue
+        match = seconds[
+            (seconds.dataset == name)
+            & np.isclose(seconds.global_p_error, entry["global_p_error"])
+            & (seconds.rounding == entry["rounding"])
+        ]
+        if len(match):
+            points.append((float(match.seconds.iloc[0]), entry))
+    if not points:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharex=True)
+    for x, entry in points:
+        variant = (entry["global_p_error"], entry["rounding"])
+        marker = "s" if entry["rounding"] == "approximate" else "o"
+        left.plot(x, 100 * entry["agreement"], marker, color="C0")
+        right.plot(x, entry["accuracy"], marker, color="C1")
+        for axis, y in ((left, 100 * entry["agreement"]), (right, entry["accuracy"])):
+            axis.annotate(label(variant), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    float_knn = float(np.mean([e["float_knn"] for _, e in points]))
+    left.axhline(100 * MIN_AGREEMENT, color="grey", linestyle="--", linewidth=0.8, label="99.5 % (the bar)")
+    right.axhline(float_knn, color="black", linewidth=0.8, label="float k-NN")
+    right.axhline(float_knn - 0.01, color="grey", linestyle="--", linewidth=0.8, label="float k-NN - 1 point")
+    left.set_ylim(min(99.0, min(100 * e["agreement"] for _, e in points) - 0.2), 100.2)
+    lows = [e["accuracy"] for _, e in points] + [float_knn - 0.01]
+    right.set_ylim(min(lows) - 0.01, max([e["accuracy"] for _, e in points] + [float_knn]) + 0.01)
+    left.set_ylabel("agreement with the clear reference (%)")
+    right.set_ylabel("accuracy")
+    for axis in (left, right):
+        axis.set_xlabel("seconds per query, real keys, 2 quiet cores")
+        axis.set_xlim(0, 1.15 * max(x for x, _ in points))
+        axis.legend(fontsize=7, loc="lower right")
+        axis.grid(alpha=0.3)
+    splits = max(e["splits"] for _, e in points)
+    fig.suptitle(f"{name}: seconds against answers (simulated over up to {splits} splits)", fontsize=10)
+    fig.tight_layout()
+    path = out / f"knn_budget_{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary_table(seconds: pd.DataFrame, summary: list[dict], keys: pd.DataFrame | None) -> str:
+    """Each data set's owner setting: seconds (the baseline's in the same run), cost, keys, answers
+    over the splits, and its target."""
+    head = [
+        "data set",
+        "points kept (split 0)",
+        "owner setting",
+        "PBS",
+        "complexity",
+        "median s per query (1e-4 exact, same run)",
+        "evaluation keys (upload)",
+        "agreement, accuracy (float k-NN), splits",
+        "target",
+    ]
+    table = []
+    for name in BUNDLED:
+        settings = owner_settings(name)
+        variant = (float(settings.global_p_error or BASELINE[0]), settings.rounding)
+        entry = next(
+            (
+                e
+                for e in summary
+                if e["dataset"] == name
+                and np.isclose(e["global_p_error"], variant[0])
+                and e["rounding"] == variant[1]
+            ),
+            None,
+        )
+        timed = seconds[
+            (seconds.dataset == name)
+            & np.isclose(seconds.global_p_error, variant[0])
+            & (seconds.rounding == variant[1])
+        ]
+        base = seconds[
+            (seconds.dataset == name)
+            & np.isclose(seconds.global_p_error, BASELINE[0])
+            & (seconds.rounding == BASELINE[1])
+        ]
+        keyed = (
+            keys[
+                (keys.dataset == name)
+                & np.isclose(keys.global_p_error, variant[0])
+                & (keys.rounding == variant[1])
+            ]
+            if keys is not None
+            else pd.DataFrame()
+        )
+        secs = float(timed.seconds.iloc[0]) if len(timed) else None
+        seconds_text = "not measured"
+        if secs is not None:
+            seconds_text = f"{secs:.2f} s"
+            if len(base):
+                seconds_text += (
+                    f" ({float(base.seconds.iloc[0]):.2f} s; {float(timed.ratio.iloc[0]):.2f}x faster)"
+                )
+        upload = float(keyed.upload_bytes.iloc[0]) if len(keyed) else None
+        status = []
+        if name in TARGET_SECONDS:
+            goal = TARGET_SECONDS[name]
+            if secs is None:
+                status.append(f"<= {goal:g} s: not measured")
+            else:
+                over = "met" if secs <= goal else f"**missed** by {secs - goal:.1f} s"
+                status.append(f"<= {goal:g} s: {over}")
+        elif secs is not None and len(base):
+            ratio = float(timed.ratio.iloc[0])
+            status.append("no slower: " + ("met" if ratio >= 0.95 else f"**missed** ({ratio:.2f}x)"))
+        if name in TARGET_KEY_BYTES:
+            goal = TARGET_KEY_BYTES[name]
+            if upload is None:
+                status.append(f"keys <= {goal / 1e6:g} MB: not measured")
+            else:
+                over = "met" if upload <= goal else f"**missed** by {(upload - goal) / 1e6:.0f} MB"
+                status.append(f"keys <= {goal / 1e6:g} MB: {over}")
+        answers = "not measured"
+        if entry is not None:
+            answers = (
+                f"{100 * entry['agreement']:.2f} %, {entry['accuracy']:.3f} ({entry['float_knn']:.3f}), "
+                f"{entry['splits']}"
+            )
+        table.append(
+            [
+                name,
+                str(entry["n_kept"]) if entry is not None else "",
+                label(variant),
+                f"{entry['pbs_count']:,}" if entry is not None else "",
+                f"{entry['complexity']:.3g}" if entry is not None else "",
+                seconds_text,
+                f"{upload / 1e6:.0f} MB" if upload is not None else "not measured",
+                answers,
+                "; ".join(status),
+            ]
+        )
+    return markdown.table(head, table) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", nargs="+", type=Path, required=True, help="knn_budget_seconds CSVs")
+    parser.add_argument(
+        "--budget", type=Path, default=Path("results/knn_budget.csv"), help="knn_budget's CSV"
+    )
+    parser.add_argument("--keys", type=Path, default=None, help="knn_budget_seconds --keys-only CSV")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder of the figures and table")
+    args = parser.parse_args(argv)
+    seconds = seconds_table(args.seconds)
+    summary = summarize(read_rows(args.budget))
+    keys = pd.read_csv(args.keys) if args.keys is not None else None
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in BUNDLED:
+        path = figure(name, seconds, summary, args.out)
+        print(name, path or "no variant with both seconds and answers")
+    table = summary_table(seconds, summary, keys)
+    (args.out / "knn_speed_summary.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
