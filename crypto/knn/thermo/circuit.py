@@ -105,17 +105,22 @@ def distance_function(
 
     ``approximate`` (the owner's ``KnnSettings.rounding = "approximate"``): concrete's approximate
     rounding (``fhe.round_bit_pattern``, ``Exactness.APPROXIMATE``, folded into the reduction
-    lookup: no PBS of its own) in place of the exact truncation. It rounds to nearest rather than
-    down, and near every rounding midpoint it may land one step off (concrete documents the error
-    as at most one step of the rounded value, pseudo-random, drawn from the encryption's mask and
-    noise), outside the error budget: the distances are no longer :meth:`DistanceSpec.reduce`'s,
-    and the answers are compared with the exact algorithm's clear reference by measurement only
-    (``experiments/knn_budget.py``)."""
+    lookup: no PBS of its own) in place of the exact truncation. Rounding to nearest is centred on
+    the truncation: it rounds ``raw + 2^(shift - 1)``, and with ``raw = 2^shift q + r``
+    (``0 <= r < 2^shift``) an exact rounding gives ``2^shift (q + 1)`` for every ``r``, so the table
+    ``clip((v >> shift) - 1, 0, distance_max)`` reads :meth:`DistanceSpec.reduce`'s value. The
+    approximate rounding's threshold is off-centred pseudo-randomly (drawn from the encryption's
+    mask and noise; concrete documents the error as at most one step of the rounded value), so a
+    raw value next to a step boundary (``r = 0`` or ``r = 2^shift - 1``) may land one step off:
+    outside the error budget, and measured only (``experiments/knn_budget.py``). The added offset
+    stays within ``raw_bits`` for every owner distance; otherwise the rounding reads one bit more."""
     if upto not in DISTANCE_STAGES:
         raise ValueError(f"upto must be one of {DISTANCE_STAGES}, got {upto!r}")
     reduction = fhe.LookupTable(spec.reduction_table()) if spec.reduced else None
-    if approximate and spec.shift:  # its rounded input may reach 2^raw_bits: a table over it
-        reduction = fhe.univariate(lambda v: np.minimum(v >> spec.shift, spec.distance_max))
+    half = 1 << (spec.shift - 1) if spec.shift else 0
+    centred_bits = max(spec.raw_bits, (spec.raw_max + half).bit_length())
+    if approximate and spec.shift:  # its rounded input may reach 2^centred_bits: a table over it
+        reduction = fhe.univariate(lambda v: centred_reduction(spec, v))
 
     def distances(code):
         raw = fhe.hint(code @ weights + offsets, bit_width=spec.raw_bits)
@@ -123,7 +128,8 @@ def distance_function(
             return raw
         if reduction is not None:
             if spec.shift and approximate:
-                raw = fhe.round_bit_pattern(raw, spec.shift, exactness=fhe.Exactness.APPROXIMATE)
+                centred = fhe.hint(raw + half, bit_width=centred_bits)
+                raw = fhe.round_bit_pattern(centred, spec.shift, exactness=fhe.Exactness.APPROXIMATE)
             elif spec.shift:
                 raw = fhe.truncate_bit_pattern(raw, spec.shift)
             if upto == "truncated":
@@ -132,6 +138,13 @@ def distance_function(
         return fhe.hint(raw, bit_width=spec.distance_bits)
 
     return distances
+
+
+def centred_reduction(spec: DistanceSpec, rounded):
+    """The reduction after approximate rounding (:func:`distance_function`): ``rounded`` is
+    ``raw + 2^(shift - 1)`` rounded to a multiple of ``2^shift``, so one step less, saturated,
+    is ``min(raw >> shift, distance_max)`` when the rounding was exact."""
+    return np.clip((np.asarray(rounded) >> spec.shift) - 1, 0, spec.distance_max)
 
 
 def circuit_function(plan: ThermoPlan, approximate: bool = False) -> Callable:

@@ -8,10 +8,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from concrete import fhe
 
 from petlab.crypto.knn.families import default_config
 from petlab.crypto.knn.model import KnnSettings, build_model
-from petlab.crypto.knn.thermo.plan import DistanceChoice
+from petlab.crypto.knn.thermo.circuit import centred_reduction
+from petlab.crypto.knn.thermo.plan import DistanceChoice, DistanceSpec
 from petlab.server.knn.datasets import load_bundled
 
 
@@ -68,3 +70,25 @@ def test_approximate_rounding_is_the_models_and_in_its_cache_key_where_the_dista
     assert iris.plan.spec.shift == 0 and iris.rounding == "exact"
     with pytest.raises(ValueError, match="'exact' or 'approximate'"):
         replace(exact, rounding="floor")
+
+
+@pytest.mark.parametrize(
+    "name, distance", [("breast_cancer", (1, 3, 5)), ("digits", (16, 6, 6)), ("wine", (2, 4, 5))]
+)
+def test_approximate_rounding_is_centred_on_the_exact_truncation(name, distance):
+    """The approximate circuit rounds ``raw + 2^(shift - 1)``: had concrete rounded it exactly
+    (its clear ``round_bit_pattern``), the reduction would read the exact truncation's distance for
+    every raw value, so only the approximate rounding's off-centred steps differ from the clear
+    reference. The offset fits the raw width of the owner distances."""
+    bits = 3 if name == "wine" else 4
+    spec = DistanceSpec(load_bundled(name).features.shape[1], bits, *distance)
+    half = 1 << (spec.shift - 1)
+    assert spec.shift > 0 and (spec.raw_max + half).bit_length() == spec.raw_bits
+    raw = np.arange(spec.raw_max + 1)
+    rounded = np.array([fhe.round_bit_pattern(int(v) + half, spec.shift) for v in raw])
+    assert np.array_equal(centred_reduction(spec, rounded), spec.reduce(raw))
+    # rounding to nearest without the offset would not: it differs on about half the values
+    plain = np.minimum(
+        np.array([fhe.round_bit_pattern(int(v), spec.shift) for v in raw]) >> spec.shift, spec.distance_max
+    )
+    assert not np.array_equal(plain, spec.reduce(raw))
