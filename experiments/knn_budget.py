@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
         writer.writerows(done)
         handle.flush()
         for name in args.dataset:  # split by split, so that a cut-short run covers every variant
-            for seed in range(args.splits):
+            for seed in range(args.first_split, args.splits):
                 for budget, rounding in variants:
                     if (name, budget, rounding, seed) in seen:
                         continue
@@ -357,6 +357,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rounding in place of the exact truncation), e.g. 1e-4 0.1 0.01:approximate",
     )
     parser.add_argument("--splits", type=int, default=10, help="stratified 80/20 splits (seeds 0..)")
+    parser.add_argument(
+        "--first-split",
+        type=int,
+        default=0,
+        help="start at this seed (several processes can share the splits, each with its own --out)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=1, help="simulations of every test row (fresh lookup errors each)"
     )
