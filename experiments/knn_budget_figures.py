@@ -211,8 +211,8 @@ def summary_table(seconds: pd.DataFrame, summary: list[dict], keys: pd.DataFrame
         table.append(
             [
                 name,
-                str(entry["n_kept"]) if entry is not None else "",
-                label(variant),
+                f"{entry['n_kept']:,}" if entry is not None else "",
+                f"budget {variant[0]:g}, {variant[1]} rounding",
                 f"{entry['pbs_count']:,}" if entry is not None else "",
                 f"{entry['complexity']:.3g}" if entry is not None else "",
                 seconds_text,
