@@ -79,6 +79,24 @@ KEY_COLUMNS = [
 ]
 
 
+def keys_table(rows: list[dict]) -> str:
+    """``--keys-only``'s rows in Markdown, bytes in MB (10^6)."""
+    head = ["data set", "global_p_error", "rounding", "PBS", "complexity", "keys raw", "keys as uploaded"]
+    table = [
+        [
+            r["dataset"],
+            f"{float(r['global_p_error']):g}",
+            r["rounding"],
+            f"{int(r['pbs_count']):,}",
+            f"{float(r['complexity']):.3g}",
+            f"{int(r['raw_key_bytes']) / 1e6:,.0f} MB",
+            f"{int(r['upload_bytes']) / 1e6:,.1f} MB",
+        ]
+        for r in rows
+    ]
+    return markdown.table(head, table) + "\n"
+
+
 def key_sizes(name: str, variant: Variant) -> dict:
     """The owner model at ``variant`` (split 0's training rows): its cost figures and the bytes of a
     fresh client's evaluation keys as uploaded."""
@@ -197,14 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         sizes = []
         for name in args.dataset:
             for variant in args.budgets:
-                sizes.append(key_sizes(name, variant))
-                print(sizes[-1], flush=True)
+                row = key_sizes(name, variant)
+                key = (row["dataset"], row["global_p_error"], row["rounding"])
+                if any((r["dataset"], r["global_p_error"], r["rounding"]) == key for r in sizes):
+                    continue  # approximate rounding of a model that truncates nothing: its exact circuit
+                sizes.append(row)
+                print(row, flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=KEY_COLUMNS)
             writer.writeheader()
             writer.writerows(sizes)
-        table = markdown.table(KEY_COLUMNS, [[str(r[c]) for c in KEY_COLUMNS] for r in sizes]) + "\n"
+        table = keys_table(sizes)
         args.out.with_suffix(".md").write_text(table)
         print(table)
         return 0
