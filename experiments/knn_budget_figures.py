@@ -46,7 +46,7 @@ TARGET_KEY_BYTES = {"digits": 150e6}
 
 def label(variant: tuple[float, str]) -> str:
     budget, rounding = variant
-    return f"{budget:g}" + (" approximate" if rounding == "approximate" else "")
+    return f"{budget:g}" + (" approx." if rounding == "approximate" else "")
 
 
 def seconds_table(paths: list[Path]) -> pd.DataFrame:
@@ -98,7 +98,8 @@ def figure(name: str, seconds: pd.DataFrame, summary: list[dict], out: Path) -> 
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharex=True)
     gaps = []
-    for x, entry in points:
+    points.sort(key=lambda point: point[0])
+    for index, (x, entry) in enumerate(points):
         variant = (entry["global_p_error"], entry["rounding"])
         marker = "s" if entry["rounding"] == "approximate" else "o"
         gap = 100 * (entry["accuracy"] - entry["float_knn"])
@@ -106,8 +107,9 @@ def figure(name: str, seconds: pd.DataFrame, summary: list[dict], out: Path) -> 
         left.plot(x, 100 * entry["agreement"], marker, color="C0")
         right.plot(x, gap, marker, color="C1")
         text = f"{label(variant)} ({entry['splits']} splits)"
+        offset = (4, 8 - 11 * (index % 3))  # neighbours' labels at three heights
         for axis, y in ((left, 100 * entry["agreement"]), (right, gap)):
-            axis.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            axis.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=7)
     left.axhline(100 * MIN_AGREEMENT, color="grey", linestyle="--", linewidth=0.8, label="99.5 % (the bar)")
     right.axhline(0, color="black", linewidth=0.8, label="float k-NN")
     right.axhline(-1, color="grey", linestyle="--", linewidth=0.8, label="one point below (the bar)")
