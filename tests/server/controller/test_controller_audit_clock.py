@@ -1,4 +1,4 @@
-"""Issue 30: the per-day cap on what a person adds to the history (an injected clock, no sleeping),
+"""The per-day cap on what a person adds to the history (an injected clock, no sleeping),
 and the clock on the audit: one expensive decision holds the lock every person waits on for a
 bounded time (``audit_clock``), through the gRPC API on the shipped sample."""
 

@@ -61,7 +61,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
     """Describe published SHA-256 of the data file. An analyst who knows every record but one (the
     neighbour of differential privacy's threat model) hashes the file with each candidate value of
     the missing one and finds it: one record's hours read off Describe with no analysis run. The
-    digest is now keyed with a secret kept owner-only in the data directory: stable across
+    digest is keyed with a secret kept owner-only in the data directory: stable across
     restarts (a co-signature stays valid), different for a changed file, and no guess matches."""
     lines = acs_sample_path().read_bytes().split(b"\n")
     header = lines[0].split(b",")
@@ -80,7 +80,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
     candidates = range(0, 100)
     matches = [h for h in candidates if hashlib.sha256(file_with(h)).hexdigest() == published]
     assert file_with(int(fields[hpw])) == acs_sample_path().read_bytes()  # the guess is well formed
-    assert matches == []  # before: [40], the record's hours
+    assert matches == []  # with the plain SHA-256: [40], the record's hours
     with serve(tmp_path, **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
         assert describe(channel)["dataset_sha256"] == published  # stable for the same data directory
     changed = tmp_path / "changed.csv"
