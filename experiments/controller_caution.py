@@ -294,7 +294,7 @@ def long_history(data: pd.DataFrame, domain: PublicDomain) -> list[list]:
                 f"{baseline:.2f}",
                 f"{elapsed / baseline:.1f}",
                 f"{history.audit.search_work:.3g}",
-                "yes" if history.audit.certified_by_splits else "no",
+                history.audit.certificate or "no",
                 decision,
             ]
         )

@@ -151,7 +151,9 @@ class ReleaseAudit:
     _certified: bool = field(init=False, default=True, repr=False)
     _cleared: tuple | None = field(init=False, default=None, repr=False)  # the forms a check passed
     search_work: float = field(init=False, default=0.0)  # the last check's search: nodes + sum d^2 w
-    certified_by_splits: bool = field(init=False, default=False)  # the last check: by the certificate
+    # how the last check was decided without a search: "splits" (:meth:`_split_certified`),
+    # "columns" (:meth:`_columns_certified`, for every prime) or "" (searched, or nothing to search)
+    certificate: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         n = len(self.data)
@@ -247,21 +249,24 @@ class ReleaseAudit:
         atoms = self._refined(functionals)
         sizes = np.bincount(atoms)
         self.search_work = 0.0
-        self.certified_by_splits = False
+        self.certificate = ""
         if not (sizes < self.threshold).any():
             self._passed(functionals, atoms)
             return None
         bases = self._extended(functionals, atoms)
         self._pending = (_key(functionals), atoms, bases)
         if self._split_certified(functionals, atoms):
-            self.certified_by_splits = True
+            self.certificate = "splits"
             self._passed(functionals, atoms)
             return None
         old_of_new = self._atoms[_representatives(atoms)]
+        by_columns = []
         for p in self.primes:
-            finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None)
+            finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None, by_columns)
             if finding is not None:
                 return finding
+        if len(by_columns) == len(self.primes):
+            self.certificate = "columns"
         self._passed(functionals, atoms)
         return None
 
@@ -291,7 +296,12 @@ class ReleaseAudit:
         return {p: basis.rank for p, basis in self._bases.items()}
 
     def _decide(
-        self, basis: ReducedBasis, sizes: np.ndarray, p: int, old_of_new: np.ndarray | None = None
+        self,
+        basis: ReducedBasis,
+        sizes: np.ndarray,
+        p: int,
+        old_of_new: np.ndarray | None = None,
+        by_columns: list | None = None,
     ) -> Finding | None:
         """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support.
 
@@ -304,7 +314,9 @@ class ReleaseAudit:
         that the old V does not contain can hold a new small group: the others are not searched.
         With no new dimension in V (a release that only splits atoms, or whose forms have a
         pivot on a large atom) nothing is searched; the search's cost is that of the blocks the
-        release changes, not of the whole history. It runs to its end: no cap refuses."""
+        release changes, not of the whole history, and not even that when the column certificate
+        (:meth:`_columns_certified`) holds (``by_columns`` then gets p). It runs to its end: no cap
+        refuses."""
         vanishing = basis.vanishing_on_large()
         if not len(vanishing):
             return None
@@ -315,6 +327,14 @@ class ReleaseAudit:
                 return None  # V is the old V over the refined atoms
         support = np.flatnonzero(vanishing.any(axis=0))
         if not len(support):
+            return None
+        if (
+            old is not None
+            and old_of_new is not None
+            and self._columns_certified(vanishing[:, support], old[:, old_of_new][:, support], p)
+        ):
+            if by_columns is not None:
+                by_columns.append(p)
             return None
         reduced = _reduced(vanishing[:, support], p)
         if old is None or old_of_new is None:
@@ -346,6 +366,30 @@ class ReleaseAudit:
             f"determined: its indicator would be a linear combination of the released functionals",
             size,
         )
+
+    def _columns_certified(self, new: np.ndarray, old: np.ndarray, p: int) -> bool:
+        """True when the new V (rows ``new``, over its support) provably holds no 0/1 vector of 1 to
+        t - 1 records that the history's V (rows ``old``: its basis with each atom's column copied
+        to its pieces, a subspace of the new V) does not hold, with no search. Exact modulo p.
+
+        Proof. A 0/1 vector z of fewer than t records is nonzero on at most t - 1 atoms (each holds
+        a record), so it vanishes on one of t groups of columns C_1 .. C_t (the support dealt out
+        in turn). Restricting to C_i maps the new V onto new|C_i and the old V onto old|C_i; the
+        induced map of the quotients (new V / old V onto new|C_i / old|C_i) is onto, and one to one
+        exactly when rank(new|C_i) - rank(old|C_i) = dim new V - dim old V. If that holds for
+        every i, z (whose restriction to its C_i is 0, in old|C_i) lies in the old V: it is one of
+        the history's 0/1 vectors (constant on the pieces of each earlier atom, the same records),
+        and the history's V holds none of fewer than t records (certified). Cost: 2 t reduced
+        forms of at most dim V x (support / t) residues, about what one node of the search costs,
+        instead of the search."""
+        added = len(new) - len(old)
+        support = new.shape[1]
+        for i in range(self.threshold):
+            columns = np.arange(i, support, self.threshold)
+            tick()
+            if len(rref(new[:, columns], p)[1]) - len(rref(old[:, columns], p)[1]) != added:
+                return False
+        return True
 
     def _split_certified(self, functionals: list[Functional], atoms: np.ndarray) -> bool:
         """True when releasing ``functionals`` provably determines no new group of 1 to t - 1

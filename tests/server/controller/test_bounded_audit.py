@@ -51,7 +51,7 @@ def test_a_count_across_the_history_is_certified_without_a_search():
     across = np.zeros(N, dtype=bool)
     across[rng.choice(BLOCKS, 60, replace=False) * SIZE] = True  # one record of each of 60 blocks
     assert audit.check([Functional.of(across)]) is None
-    assert audit.certified_by_splits and audit.search_work == 0
+    assert audit.certificate == "splits" and audit.search_work == 0
     audit.record([Functional.of(across)])
     assert v_dimension(audit) == RELEASES + 1  # V grew: without the certificate its block is searched
     elsewhere = np.zeros(N, dtype=bool)
@@ -63,4 +63,4 @@ def test_a_release_that_splits_nothing_is_searched_to_its_end():
     audit, rng = long_history()
     union = [Functional.of(blocks_mask(rng.choice(BLOCKS, BLOCKS // 2, replace=False)))]
     assert audit.check(union) is None
-    assert not audit.certified_by_splits and audit.search_work > 0
+    assert not audit.certificate and audit.search_work > 0
