@@ -331,7 +331,7 @@ class ReleaseAudit:
         if (
             old is not None
             and old_of_new is not None
-            and self._columns_certified(vanishing[:, support], old[:, old_of_new][:, support], p)
+            and self._columns_certified(basis, old[:, old_of_new], p)
         ):
             if by_columns is not None:
                 by_columns.append(p)
@@ -367,27 +367,40 @@ class ReleaseAudit:
             size,
         )
 
-    def _columns_certified(self, new: np.ndarray, old: np.ndarray, p: int) -> bool:
-        """True when the new V (rows ``new``, over its support) provably holds no 0/1 vector of 1 to
-        t - 1 records that the history's V (rows ``old``: its basis with each atom's column copied
-        to its pieces, a subspace of the new V) does not hold, with no search. Exact modulo p.
+    def _columns_certified(self, basis: ReducedBasis, old: np.ndarray, p: int) -> bool:
+        """True when the new V (``basis``'s B_2 rows) provably holds no 0/1 vector of 1 to t - 1
+        records that the history's V (rows ``old``: its basis with each atom's column copied to its
+        pieces, a subspace of the new V) does not hold, with no search. Exact modulo p.
 
-        Proof. A 0/1 vector z of fewer than t records is nonzero on at most t - 1 atoms (each holds
-        a record), so it vanishes on one of t groups of columns C_1 .. C_t (the support dealt out
-        in turn). Restricting to C_i maps the new V onto new|C_i and the old V onto old|C_i; the
-        induced map of the quotients (new V / old V onto new|C_i / old|C_i) is onto, and one to one
-        exactly when rank(new|C_i) - rank(old|C_i) = dim new V - dim old V. If that holds for
-        every i, z (whose restriction to its C_i is 0, in old|C_i) lies in the old V: it is one of
-        the history's 0/1 vectors (constant on the pieces of each earlier atom, the same records),
-        and the history's V holds none of fewer than t records (certified). Cost: 2 t reduced
-        forms of at most dim V x (support / t) residues, about what one node of the search costs,
-        instead of the search."""
-        added = len(new) - len(old)
-        support = new.shape[1]
-        for i in range(self.threshold):
-            columns = np.arange(i, support, self.threshold)
+        Proof. B_2 is the identity on its pivots P (``reduced_basis``), so every z of the new V is
+        z = x B_2 with x = z[P], and the history's V is X_old B_2 with X_old = {y[P] : y in old}, a
+        subspace of codimension a = dim new V - dim old V: the x orthogonal to the a rows of an
+        annihilator A (A y[P] = 0 for every y in old). A 0/1 vector z of fewer than t records is
+        nonzero on at most t - 1 atoms (each holds a record), at least one of them a pivot (x is
+        not 0), so on at most t - 2 of the other columns of the support: it vanishes on one of
+        t - 1 groups C_1 .. C_{t-1} of those columns (dealt out in turn), so x lies in
+        L_k = {x : x B_2[:, C_k] = 0} (the search's pigeonhole, ``small_groups``). If every L_k
+        lies in X_old (L_k A^T = 0), z lies in the history's V: it is one of the history's 0/1
+        vectors (constant on the pieces of each earlier atom, the same records), and the history's
+        V holds none of fewer than t records (certified). Cost: t - 1 left null spaces of
+        dim V x (support / (t - 1)) residues, about what the search's first node costs, instead of
+        the search."""
+        t = self.threshold
+        rows = basis.vanishing_on_large()
+        pivots = basis.pivots[~basis.large[basis.pivots]]
+        support = np.flatnonzero(rows.any(axis=0))
+        is_pivot = np.zeros(rows.shape[1], dtype=bool)
+        is_pivot[pivots] = True
+        free = support[~is_pivot[support]]
+        if t < 2 or len(free) < t - 1:
+            return False
+        annihilator = left_null_space(np.ascontiguousarray(old[:, pivots].T), p)  # A: (a x dim V)
+        if len(annihilator) != len(rows) - len(old):
+            return False  # the old rows are not independent over the pivots: not this shape
+        for k in range(t - 1):
             tick()
-            if len(rref(new[:, columns], p)[1]) - len(rref(old[:, columns], p)[1]) != added:
+            null = left_null_space(rows[:, free[k :: t - 1]], p)
+            if len(null) and matmul(null, annihilator.T, p).any():
                 return False
         return True
 
