@@ -37,9 +37,12 @@ How, exactly and without a dense sets x records matrix:
    the result. Released rows are never read again, so one check costs O(rank x atoms) per new
    row, the state is rank x atoms residues per prime (rank <= atoms <= records, whatever the
    number of rows), and a restart replays the rows into the basis.
-3. The split certificate (:meth:`ReleaseAudit._split_certified`): when the history holds no
-   determined small group and the new forms split the atoms finely enough, no new one can arise,
-   exactly, and nothing is searched (the proof is in the method's docstring).
+3. Two certificates, when the history holds no determined small group: the split certificate
+   (:meth:`ReleaseAudit._split_certified`: the new forms split the atoms finely enough) and the
+   column certificate (:meth:`ReleaseAudit._columns_certified`: every combination of the new V
+   that vanishes on one of t - 1 groups of its columns lies in the history's V). Either shows,
+   exactly, that no new small group can arise, and nothing is searched (the proofs are in the
+   methods' docstrings).
 4. Otherwise ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1
    vector of V whose atoms total fewer than t records, on V's reduced form over its support (the
    atoms where some vector of V is nonzero), in the blocks of V that the history's V does not
@@ -57,8 +60,9 @@ Boolean ones, is coNP-hard); quantiles and other order statistics (covered by th
 what refusals tell (``service``: each refusal is a bit, bounded per person).
 
 Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows (k x rank x
-atoms), the split certificate (k x atoms, and eliminations of at most atoms x k), and, only when
-the certificate does not hold, V's reduced form (d^2 x support, d = dim V) and the search (d^2 x
+atoms), the split certificate (k x atoms, and eliminations of at most atoms x k), the column
+certificate when V grew (t - 1 left null spaces of d x support / (t - 1), d = dim V), and, only
+when neither holds, V's reduced form (d^2 x support, d = dim V) and the search (d^2 x
 support per node; the number of nodes is not bounded by a polynomial: finding a low-weight 0/1
 vector of a subspace is the minimum-distance problem). State kept between checks: the released
 functionals as packed bits (m N / 8 bytes, for the pairwise rule), each record's atom (N integers)

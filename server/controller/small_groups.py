@@ -30,7 +30,7 @@ question is the minimum-distance problem of a code restricted to 0/1 words. The 
 budget of its own: a cap on it would refuse on a figure of the records (how V is structured), so
 its time is bounded by the audit's clock instead (``audit_clock``: a check past it is answered
 UNAVAILABLE, nothing recorded, and is no refusal), and ``release_audit`` runs it only when its
-split certificate does not already decide.
+certificates (the split and the column certificate) do not already decide.
 """
 
 from __future__ import annotations

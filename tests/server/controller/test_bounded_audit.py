@@ -1,14 +1,15 @@
 """What one check searches after one person's long history of fine releases (``release_audit``: the
-split certificate, then the search of the blocks of V the check changes), counted in the search's
-own work units (nodes plus the sum of d^2 x support over nodes), not in seconds.
+split and the column certificates, then the search of the blocks of V the check changes), counted
+in the search's own work units (nodes plus the sum of d^2 x support over nodes), not in seconds.
 
 The long history: 16 random unions of blocks of 3 records (100 blocks), so every block is an atom
 of fewer than t records and V (the released combinations that vanish on every large atom) has 16
 dimensions over the 100 blocks. Another person's count that cuts across 60 of the blocks adds a
 dimension to V; the split certificate shows that no small group follows, so nothing is searched
-(without the certificate the changed block, 17 dimensions over the 100 blocks, is searched: 9.6 x
-10^4 units). A release that splits nothing but adds a dimension is searched, to its
-end: no cap refuses on the search's cost (a cap would refuse on how V is structured, a figure of
+(without the certificates the changed block, 17 dimensions over the 100 blocks, is searched: 9.6 x
+10^4 units). A union of blocks splits nothing and adds a dimension that neither certificate
+places (V's rows are unions of blocks, so a group of columns leaves room): it is searched, to its
+end. No cap refuses on the search's cost (a cap would refuse on how V is structured, a figure of
 the records; ``test_simulatable_refusals`` shows it).
 """
 

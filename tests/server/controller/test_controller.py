@@ -482,8 +482,8 @@ def test_analysis_needs_registered_identities(serve, tmp_path):
 
 
 def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
-    """Attack: anyone who saw a victim's T_0 could open a session with it first (signing it with
-    their own key) and lock the victim out. T_0 is now unique per analyst identity."""
+    """Attack: anyone who saw a victim's T_0 opens a session with it first (signing it with their
+    own key) to lock the victim out. T_0 is unique per analyst identity, so the victim is not."""
     victim = prepare(GOOD[:1], ANALYST)
     squatter = Ed25519PrivateKey.generate()
     stolen = dict(victim)

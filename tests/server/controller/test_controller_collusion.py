@@ -496,8 +496,8 @@ def test_the_example_sequences_still_release(channel):
 #
 # A sum of a column over S is not only "S's sum": where the column takes few values, it is a count
 # of a finer set the audit never saw (the mean of sex over S is 1 + the share of women in S), and a
-# set defined by the column's value pins the column on it. Each attack below was answered, in one or
-# two analyses, while the audit held only the query set 1_S; it is refused now that a sum of y over
+# set defined by the column's value pins the column on it. Each attack below is answered, in one or
+# two analyses, by an audit that holds only the query set 1_S; it is refused because a sum of y over
 # S is audited as the weighted functional y . 1_S as well.
 
 

@@ -97,7 +97,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
 def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(serve, tmp_path, caplog):
     """After a change of rules, the server checks whether the history already determines a group
     below the new threshold: a bit computed from the records (how many fall in the released
-    sets). It went to the ordinary log; it now goes to the confidential diagnostics."""
+    sets). It goes to the confidential diagnostics, never to the ordinary log."""
     youngest = int((DATA.age == DATA.age.min()).sum())
     assert 10 <= youngest < 50  # released under acro's threshold 10, below a threshold of 50
     settings = {"analysis_data": acs_sample_path(), "open_analysis": True, "analysis_cooldown_seconds": 0}
@@ -116,10 +116,10 @@ def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(
 def test_a_numerical_failure_on_the_records_is_a_counted_refusal_that_names_nothing(
     serve, tmp_path, caplog, column
 ):
-    """A regression whose predictor holds an infinite value made numpy raise LinAlgError ("SVD did
-    not converge"), a ValueError: the analyst got numpy's message and the refusal was not counted,
-    so free probes located the record (the failure happens exactly when the set contains it). It is
-    now the generic abort, counted against the person, its message in the confidential file."""
+    """Attack: a regression whose predictor holds an infinite value makes numpy raise LinAlgError
+    ("SVD did not converge"), a ValueError; were numpy's message shown and the refusal not counted,
+    free probes would locate the record (the failure happens exactly when the set contains it). It
+    is the generic abort, counted against the person, its message in the confidential file."""
     data = DATA.astype({"hpw": float}).copy()
     data.loc[7, "hpw"] = np.inf
     path = tmp_path / "with-inf.csv"
