@@ -264,7 +264,7 @@ class ReleaseAudit:
             self._passed(functionals, atoms)
             return None
         old_of_new = self._atoms[_representatives(atoms)]
-        by_columns = []
+        by_columns: list[int] = []
         for p in self.primes:
             finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None, by_columns)
             if finding is not None:
@@ -305,7 +305,7 @@ class ReleaseAudit:
         sizes: np.ndarray,
         p: int,
         old_of_new: np.ndarray | None = None,
-        by_columns: list | None = None,
+        by_columns: list[int] | None = None,
     ) -> Finding | None:
         """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support.
 
