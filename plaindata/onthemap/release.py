@@ -10,7 +10,8 @@ within its destination. Per destination d:
    :class:`petlab.plaindata.onthemap.block_grid.BlockGrid`, **plus one cell B for every origin
    beyond the last band**: the workers beyond are aggregated into B, never dropped, so every
    step below sees N(d), the public total, and not the number of workers inside the domain
-   (issue 24: a worker crossing the edge used to change n(d), the prior and the synthetic total).
+   (were the workers beyond dropped, a worker crossing the edge would change n(d), the prior and
+   the synthetic total).
 2. Priors (public, chosen before shrinking, Section V-B): a uniform alpha(d) on the inside blocks,
    from N(d) and the band sizes (:func:`choose_alphas`), and alpha_B = N(d) / gamma on B
    (:func:`~petlab.plaindata.onthemap.privacy.beyond_prior`): gamma alpha_B = N(d), so B never
@@ -64,7 +65,7 @@ differ by more than e^eps'.
 
 ``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on
 small geographies, for every data set and every relocation of a worker (across the edge too), and
-checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
+checks P(Disc(D, eps')) <= delta; a pipeline that drops the workers beyond (n(d) the inside count)
 fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
 priors, which depend on N(d) and the geography only; figures computed from the data (pairs and
 workers beyond, rejected draws, prior mass of the kept domain) are confidential diagnostics.

@@ -1,4 +1,4 @@
-"""The device's side against a hostile server and hostile local users (issue 15, item 5)."""
+"""The device's side against a hostile server and hostile local users."""
 
 from __future__ import annotations
 

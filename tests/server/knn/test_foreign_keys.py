@@ -1,9 +1,9 @@
-"""A foreign key set is refused, never run (issue 23), through ``petlab-server serve`` as a real
+"""A foreign key set is refused, never run, through ``petlab-server serve`` as a real
 process (Iris, n = 6, the fast circuit, with the analysis controller).
 
-The attacks the issue reproduced: evaluation keys that deserialize but belong to another circuit,
-uploaded for ``iris`` with a valid warm-up query encrypted under iris's own client specs, used to
-kill the process (SIGSEGV) and the controller with it. Here real keys of another n (Iris, n = 10)
+The attacks: evaluation keys that deserialize but belong to another circuit, uploaded for
+``iris`` with a valid warm-up query encrypted under iris's own client specs, would kill the
+process (SIGSEGV) and the controller with it were they run. Here real keys of another n (Iris, n = 10)
 and of another data set (Wine) are uploaded, as they are and padded to the model's expected size;
 queries whose payload is cut into blobs other than concrete's own (which kill concrete as well) are
 sent; and another circuit's keys are planted in the key store before the server starts (it

@@ -1,4 +1,4 @@
-"""ModelInfo publishes public bounds only, never the training set's own extremes (issue 15, item 4)."""
+"""ModelInfo publishes public bounds only, never the training set's own extremes."""
 
 from __future__ import annotations
 
