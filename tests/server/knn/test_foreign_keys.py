@@ -197,7 +197,7 @@ def test_foreign_keys_planted_in_the_store_are_dropped_at_start(server, planted,
 
 
 def test_pointers_the_schema_does_not_list_are_never_stored(server, own, with_unlisted_pointer):
-    """Red team: a key set with a root pointer concrete's schema does not list (concrete copies it
+    """Attack: a key set with a root pointer concrete's schema does not list (concrete copies it
     as it reads; 8,000 such pointers aliasing the 20 MB bootstrap key fit the upload margin and
     would cost it 160 GB) is stored, and parsed, as the genuine key set exactly."""
     keys = own.evaluation_keys_bytes()
