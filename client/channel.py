@@ -19,7 +19,8 @@ interceptor on a plaintext channel (gRPC refuses call credentials there, on purp
 A plaintext channel to a loopback address never goes through an HTTP proxy: gRPC honours
 ``grpc_proxy``, ``https_proxy`` and ``http_proxy`` for every target, loopback included, and tunnels
 the connection with ``CONNECT 127.0.0.1:PORT``, so the proxy reads the plaintext HTTP/2 stream, token
-included, and connects to *its own* loopback, another machine's server (``tests/server/knn/test_identities.py``).
+included, and connects to *its own* loopback, another machine's server
+(``tests/server/knn/test_identities.py``).
 """
 
 from __future__ import annotations

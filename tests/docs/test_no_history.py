@@ -18,7 +18,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Where history must not appear: the package's rooms (``petlab/<room>`` links to them), the tests,
 #: the documentation with the results and guides it includes, and the tools that build it.
-SCANNED_DIRS = ("petlab", "server", "client", "crypto", "plaindata", "experiments", "protos", "tests", "docs", "tools")
+SCANNED_DIRS = (
+    "petlab",
+    "server",
+    "client",
+    "crypto",
+    "plaindata",
+    "experiments",
+    "protos",
+    "tests",
+    "docs",
+    "tools",
+)
 SCANNED_FILES = ("README.md", "CONTRIBUTING.md", "SECURITY.md", "mkdocs.yml", "Makefile", "pyproject.toml")
 SUFFIXES = {".py", ".pyi", ".md", ".proto", ".capnp", ".yml", ".yaml", ".toml", ".json", ".cfg", ".txt"}
 SKIPPED_PARTS = {"__pycache__", ".venv", "site", ".pytest_cache", ".ruff_cache"}

@@ -619,7 +619,8 @@ def test_a_broken_pipe_after_an_in_process_evaluation_is_an_error_not_a_crash(tm
     """concrete's runtime (HPX) installs its own SIGPIPE handler the first time it runs a circuit,
     replacing Python's SIG_IGN: from then on a write to a peer that has gone (a log pipe, a Dask
     TLS connection) kills the process by SIGSEGV instead of raising ``BrokenPipeError`` (the test
-    process would die as a LocalCluster connection closed after an in-process split evaluation). The server starts the runtime itself, then ignores SIGPIPE again."""
+    process would die as a LocalCluster connection closed after an in-process split evaluation).
+    The server starts the runtime itself, then ignores SIGPIPE again."""
     import subprocess
     import sys
     from pathlib import Path
