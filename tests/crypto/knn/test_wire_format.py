@@ -198,7 +198,7 @@ def test_pointers_the_schema_does_not_list_never_reach_concrete(iris, iris_keys,
     """Attack: concrete deep-copies every pointer of a message as it reads it, listed or not,
     while the checks read the listed fields only. A key set whose root carries 50 extra pointers
     aliasing its 20 MB bootstrap key would cost concrete 1 GB (8,000 fit the upload margin).
-    The checks now return the message re-encoded from what they checked, and only those bytes
+    The checks return the message re-encoded from what they checked, and only those bytes
     reach concrete: the genuine key set exactly, and a ciphertext without the extra field."""
     hosted, client = iris
     padded = with_unlisted_pointer(iris_keys, [bytes(4096)] * 3)
