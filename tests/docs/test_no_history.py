@@ -37,7 +37,7 @@ SCRATCH = re.compile(r"all-|links-quick$")  # the harness's uncommitted runs und
 
 #: Words that tell history. Each is searched case-insensitively in every line.
 HISTORY = {
-    "a tracker issue": r"\bissues?[ _-]?#?\d+|\bpre-issue\b|\bthe issue\b",
+    "a tracker issue": r"(?<![a-z])issues?[ _-]?#?\d+|\bpre-issue\b|\bthe issue\b",
     "a review round": r"\bred[ -]team\b|\bred-\d+\b|\blast round\b",
     "a work session": (
         r"\bsession \d+\b|\bsessions? before\b|\b(?:first|second|third|fourth|fifth|sixth|previous|last|"
