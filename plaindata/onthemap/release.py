@@ -65,7 +65,7 @@ differ by more than e^eps'.
 
 ``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on
 small geographies, for every data set and every relocation of a worker (across the edge too), and
-checks P(Disc(D, eps')) <= delta; a pipeline that drops the workers beyond (n(d) the inside count)
+checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
 fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
 priors, which depend on N(d) and the geography only; figures computed from the data (pairs and
 workers beyond, rejected draws, prior mass of the kept domain) are confidential diagnostics.
