@@ -15,7 +15,7 @@ mean of y over S  1_S and y . 1_S: the count n and the sum n * mean. The sum is 
                   *weighted* functional y . 1_S too, not only as S's sum: where y takes few
                   values it is a count of a finer set (the mean of sex, 1 or 2, over S is
                   1 + women / n; the mean of hours over `hpw between [h, h + 1]` counts the
-                  records at h + 1), and a set defined by y's value pins y on it (red-22)
+                  records at h + 1), and a set defined by y's value pins y on it
 quantiles         1_S (n), and each quantile q's sides S and y < q, S and y > q: np.quantile
                   interpolates, so a quantile strictly between two adjacent values says
                   exactly how many records lie below it (audited as those sets whether or not

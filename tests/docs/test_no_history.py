@@ -53,9 +53,6 @@ ALLOWED: tuple[tuple[str, str], ...] = ()
 PENDING = (
     "server/app.py",
     "server/flags.py",
-    "server/controller",
-    "tests/server/controller",
-    "docs/explanation/controller-audit.md",
     "docs/explanation/knn-speed.md",
 )
 

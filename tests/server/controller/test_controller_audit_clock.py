@@ -43,7 +43,7 @@ def count(low: int, high: int) -> dict:
 
 
 def test_the_per_day_cap_counts_24_hours_of_new_forms(server, stub):
-    """Three new forms a day: a second session of the same person on the same day is refused its
+    """Three new forms a day: another session of the same person on the same day is refused its
     fourth (RESOURCE_EXHAUSTED, nothing added); 24 hours later (the store's clock moved, no sleep)
     the same step runs."""
     now = [1.0e9]

@@ -404,7 +404,7 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
 
 
 def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
-    """Two keys on the allow-list for one person: the second session closes the first; a refusal
+    """Two keys on the allow-list for one person: opening a session closes the open one; a refusal
     closes the person's sessions and starts the cool-down; a suspension by the data owner stops an
     open session at its next step; the daily quota is checked at every step too."""
     first, second, third = (Ed25519PrivateKey.generate() for _ in range(3))
@@ -430,7 +430,7 @@ def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
         early_session = open_session(stub, early)
         assert reveal(stub, early_session, early, 1).WhichOneof("outcome") == "result_json"
         later = prepare([{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}], second)
-        later_session = open_session(stub, later)  # the same person: the earlier session closes
+        later_session = open_session(stub, later)  # the same person: the earlier one closes
         assert status_of(reveal, stub, early_session, early, 2) == grpc.StatusCode.FAILED_PRECONDITION
         assert reveal(stub, later_session, later, 1).abort_reason  # withheld: the cool-down starts
         assert status_of(open_session, stub, prepare([count], first)) == grpc.StatusCode.FAILED_PRECONDITION
@@ -492,7 +492,7 @@ def test_the_example_sequences_still_release(channel):
     assert len(results) == len(specs["analyses"]) and None not in results
 
 
-# ---------------------------------------------------------------- 9. sums that are counts (red-22)
+# ---------------------------------------------------------------- 9. sums that are counts
 #
 # A sum of a column over S is not only "S's sum": where the column takes few values, it is a count
 # of a finer set the audit never saw (the mean of sex over S is 1 + the share of women in S), and a
@@ -504,8 +504,8 @@ def test_the_example_sequences_still_release(channel):
 _every_functional = release_history.released_functionals
 
 
-def before_red22(server, monkeypatch) -> None:
-    """Switch the protection off: a fresh, empty history, and the functionals released before red-22
+def without_sums_as_counts(server, monkeypatch) -> None:
+    """Switch the protection off: a fresh, empty history, and the functionals released without the sums-as-counts rule
     (query sets, each quantile's query set without its sides, and regressions' numeric predictors,
     never a sum's value weights)."""
 
@@ -537,7 +537,7 @@ def test_a_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypatch):
     occupation, women = _occupation_with_few_women()
     spec = {"type": "mean", "column": "sex", "where": {"occ": {"eq": occupation}}}
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (result,) = outcomes(channel, [spec])
     assert total(result) - result["n"] == women < 10
 
@@ -549,7 +549,7 @@ def test_a_mean_over_two_values_counts_the_rarer(server, channel, monkeypatch):
     hours = next(h for h in sorted(held.index) if held[h] >= 20 and 0 < held.get(h + 1, 0) < 10)
     spec = mean({"hpw": {"between": [int(hours), int(hours) + 1]}})
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (result,) = outcomes(channel, [spec])
     assert total(result) - hours * result["n"] == held[hours + 1] < 10
 
@@ -569,7 +569,7 @@ def test_a_cell_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypa
     means = {"type": "magnitude", "rows": "incc", "value": "sex", "statistic": "mean", "where": where}
     first, second = outcomes(channel, [counts, means])
     assert first is not None and second is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     first, second = outcomes(channel, [counts, means])
     level = str(int(small.index[0]))
     n = first["cells"][level]
@@ -591,7 +591,7 @@ def test_a_regression_with_a_two_valued_outcome_counts_a_subgroup(server, channe
         "where": {"occ": {"eq": occupation}},
     }
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (fit,) = outcomes(channel, [spec])
     coefficients = fit["coefficients"]
     class_mean = Fraction(coefficients["intercept"]) + sex * Fraction(coefficients["sex"])
@@ -614,7 +614,7 @@ def test_one_record_s_income_class_from_a_mean_and_a_count(server, channel, monk
     }
     assert outcomes(channel, [whole])[0] is not None
     assert outcomes(channel, [without]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (a,), (b,) = outcomes(channel, [whole]), outcomes(channel, [without])
     with_high = total(a) - a["n"]  # records of S with class 2
     in_class = with_high if high == 2 else a["n"] - with_high
@@ -652,7 +652,7 @@ def test_an_interpolated_quantile_is_a_count(server, channel, monkeypatch):
     rest = {"type": "count", "where": {**in_range, "occ": {"ne": occupation}, "incc": {"eq": 1}}}
     first, second = outcomes(channel, [quantile, rest])
     assert first is not None and 1 < first["quantiles"][0] < 2 and second is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     first, second = outcomes(channel, [quantile, rest])
     group = DATA[DATA[column].between(low, high) & (DATA.occ == occupation)]
     ones = int((first["n"] - 1) * p) + 1
@@ -698,7 +698,7 @@ def test_two_discrete_predictors_reveal_a_cross_cell(server, channel, monkeypatc
     specs.append({"type": "regression", "outcome": "hpw", "predictors": [first, second], "where": where})
     results = outcomes(channel, specs)
     assert None not in results[:-1] and results[-1] is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     results = outcomes(channel, specs)
     assert None not in results
     coefficients = {k: Fraction(v) for k, v in results[-1]["coefficients"].items()}
