@@ -46,7 +46,7 @@ for page in "${pages[@]}"; do
     for width in 1280 820; do
         # --virtual-time-budget lets the page's scripts and images settle before the shot
         "$browser" --headless --no-sandbox --disable-gpu --disable-background-networking \
-            --disable-component-update --disable-sync --no-first-run --hide-scrollbars \
+            --disable-component-update --disable-sync --no-first-run \
             --user-data-dir="$profile" --virtual-time-budget=3000 \
             --window-size="$width,${HEIGHT:-900}" --screenshot="$out/$name-$width.png" \
             "http://127.0.0.1:$port/$page" >/dev/null 2>&1
