@@ -1,9 +1,9 @@
-"""Issue 22's attacks, through the gRPC API and the command line, on the shipped 5,000-record ACS
-sample. Each recovered a real record's value (or a small group's count and sum) from the controller
-before issue 22. Each test runs the attack against the controller as it is (refused) and again with
-the one protection it targets switched off (monkeypatched back to the old behaviour), where the
-attacker's arithmetic, in exact rationals, recovers the confidential figure: so every test fails if
-its protection is removed.
+"""Attacks by colluding keys and persons, through the gRPC API and the command line, on the shipped
+5,000-record ACS sample. Each recovers a real record's value (or a small group's count and sum)
+from a controller without one of its protections. Each test runs the attack against the
+controller as it is (refused) and again with the one protection it targets switched off
+(monkeypatched), where the attacker's arithmetic, in exact rationals, recovers the confidential
+figure: so every test fails if its protection is removed.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_regression_coefficients_are_means(server, channel, monkeypatch):
     """OLS of hpw on sex over S = {v0, v1} gives intercept + slope = the men's mean; S's men are
     those of v0 plus the one man of v1; a mean over v0's men then isolates him (two analyses). The
     regression is audited as what it reveals (each level's subgroup), so it is refused; audited as
-    its query set S alone (the code before issue 22), it is answered."""
+    its query set S alone, it is answered."""
     column, single, common, target = _one_man_value()
     men_of_common = mean({column: {"eq": common}, "sex": {"eq": 1}})
     regression = {
@@ -137,7 +137,7 @@ def test_regression_coefficients_are_means(server, channel, monkeypatch):
 
 
 def float_svd_audit(masks: np.ndarray) -> int:
-    """The audit before issue 22 (``QuerySetControl.isolated_record``): records whose indicator's
+    """An audit in floating point (``QuerySetControl.isolated_record``): records whose indicator's
     squared norm in an SVD basis of the released sets, truncated at a relative cut-off, is 1."""
     rows = masks.astype(np.float64)
     _, singular, vt = np.linalg.svd(rows, full_matrices=False)
@@ -214,7 +214,7 @@ def test_an_ill_conditioned_family_does_not_defeat_the_audit(server, channel, mo
         return Finding("a record is exposed", 1) if float_svd_audit(rows) else None
 
     monkeypatch.setattr(ReleaseAudit, "check", old_audit)
-    monkeypatch.setattr(server.controller.history, "regions", False)  # issue 30's audit refuses it too
+    monkeypatch.setattr(server.controller.history, "regions", False)  # the region audit refuses it too
     results[57] = outcomes(channel, specs[57:])[0]  # the first 57 are released (to anyone) already
     assert results[57] is not None
     columns, atom_of = np.unique(masks.T.astype(int), axis=0, return_inverse=True)  # the atoms
@@ -286,7 +286,7 @@ def test_equal_counts_do_not_show_a_shared_value(server, channel, monkeypatch):
     first, second = outcomes(channel, specs)
     assert first is not None and second is None
     monkeypatch.setattr(ReleaseHistory, "_empty_cell", lambda self, rows: None)
-    monkeypatch.setattr(server.controller.history, "regions", False)  # issue 30's audit refuses it too
+    monkeypatch.setattr(server.controller.history, "regions", False)  # the region audit refuses it too
     first, second = outcomes(channel, specs)
     assert first["count"] == second["count"]  # the whole occupation shares one sex
 
@@ -362,8 +362,8 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
     """Seven one-analysis probes, each from a fresh key certified for the same person, binary-search
     one person's hours. Refusals are counted per person: with a cool-down the second probe after a
     refusal is not even opened; without one, the third refusal suspends the person
-    (PERMISSION_DENIED) until the data owner lifts it. Keys as persons (before issue 22): the
-    search ends with the exact hours."""
+    (PERMISSION_DENIED) until the data owner lifts it. Keys as persons, without the coalition rule:
+    the search ends with the exact hours."""
     target = int(DATA.index[(DATA.hpw == 2) & DATA.age.between(30, 60)][0])
     authority = Ed25519PrivateKey.generate()
     public = tmp_path / "authority.pub.pem"
@@ -496,8 +496,8 @@ def test_the_example_sequences_still_release(channel):
 #
 # A sum of a column over S is not only "S's sum": where the column takes few values, it is a count
 # of a finer set the audit never saw (the mean of sex over S is 1 + the share of women in S), and a
-# set defined by the column's value pins the column on it. Each attack below was answered, in one or
-# two analyses, while the audit held only the query set 1_S; it is refused now that a sum of y over
+# set defined by the column's value pins the column on it. Each attack below is answered, in one or
+# two analyses, by an audit that holds only the query set 1_S; it is refused because a sum of y over
 # S is audited as the weighted functional y . 1_S as well.
 
 
