@@ -505,9 +505,9 @@ _every_functional = release_history.released_functionals
 
 
 def without_sums_as_counts(server, monkeypatch) -> None:
-    """Switch the protection off: a fresh, empty history, and the functionals released without the sums-as-counts rule
-    (query sets, each quantile's query set without its sides, and regressions' numeric predictors,
-    never a sum's value weights)."""
+    """Switch the protection off: a fresh, empty history, and the functionals released without the
+    sums-as-counts rule (query sets, each quantile's query set without its sides, and regressions'
+    numeric predictors, never a sum's value weights)."""
 
     def functionals(evaluated):
         rows = _every_functional(evaluated)
