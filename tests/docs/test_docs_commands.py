@@ -56,6 +56,7 @@ RUN_PAGES: dict[str, RunPage] = {
     "docs/how-to/analyst.md": RunPage(files={"analyses.json": "client/examples/analyses.json"}),
     "docs/how-to/data-owner.md": RunPage(),
     "docs/how-to/synthesizers.md": RunPage(),
+    "docs/explanation/privacy-accounting.md": RunPage(),
 }
 
 #: Pages whose shell blocks are not run, as a whole, with the reason.
