@@ -53,7 +53,6 @@ ALLOWED: tuple[tuple[str, str], ...] = ()
 PENDING = (
     "server/app.py",
     "server/flags.py",
-    "docs/explanation/knn-speed.md",
 )
 
 PATTERNS = {name: re.compile(pattern) for name, pattern in HISTORY.items()}
