@@ -316,8 +316,7 @@ def run(args: argparse.Namespace) -> int:
     seen = {(r["dataset"], float(r["global_p_error"]), r["rounding"], int(r["split"])) for r in done}
     if not args.no_check:
         checks = [simulated_lookup_errors(p) for p in (0.1, 0.01, 1e-9)]
-        rounding = simulated_rounding_errors()
-        text = check_table(checks) + "\n" + rounding_check_table(rounding)
+        text = check_table(checks) + "\n" + rounding_check_table(simulated_rounding_errors())
         out.with_name(out.stem + "_check.md").write_text(text)
         print(text, flush=True)
     with out.open("w", newline="") as handle:  # rows of an older layout get the new columns

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.keys_only:
-        sizes = []
+        sizes: list[dict] = []
         for name in args.dataset:
             for variant in args.budgets:
                 row = key_sizes(name, variant)
