@@ -332,8 +332,12 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except InvalidInstruction as exc:  # the analyst's own bytes: no data involved, not a refusal
             return self._abort(session, position, str(exc), f"the sequence was changed: {exc}", refusal=False)
         try:
-            spec = json.loads(spec_bytes)
-            if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
+            try:
+                spec = json.loads(spec_bytes)
+                canonical = isinstance(spec, dict) and canonical_json(spec) == spec_bytes
+            except RecursionError:  # nested deeper than Python's JSON recurses: not a spec either
+                canonical = False
+            if not canonical:
                 raise AnalysisError("the spec is not a canonical JSON object")
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
