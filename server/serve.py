@@ -30,6 +30,7 @@ from petlab.server.app import (
     lock_directory,
     release_directory,
 )
+from petlab.server.common import stop_signals
 from petlab.server.common.event_loop import keep_grpc_aio
 from petlab.server.flags import add_serve_arguments, serve_options
 
@@ -45,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    stop_signals.hold()  # before any thread starts (server.common.stop_signals)
+    taker = stop_signals.SignalTaker(end_while_starting)
     try:
         options = serve_options(args)
     except ValueError as exc:  # a bad flag combination: exit status 2
@@ -67,12 +70,24 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_directory(lock)
         raise
-    status = asyncio.run(serve_until_signal(options, services, args))
+    status = asyncio.run(serve_until_signal(options, services, args, taker))
     release_directory(lock)
     end_process(status)
 
 
-async def serve_until_signal(options: ServerOptions, services: Services, args: argparse.Namespace) -> int:
+def end_while_starting(signum: int) -> None:
+    """A signal before the server listens: SIGTERM and SIGINT end the process at once with their
+    exit status (nothing to drain yet); SIGUSR1 has no server to put in maintenance."""
+    if signum == signal.SIGUSR1:
+        log.info("signal %d: not serving yet, ignored", signum)
+        return
+    log.info("signal %d before the server listens: exiting", signum)
+    end_process(EXIT_STATUS[signal.Signals(signum)])
+
+
+async def serve_until_signal(
+    options: ServerOptions, services: Services, args: argparse.Namespace, taker: stop_signals.SignalTaker
+) -> int:
     """Serve until SIGTERM or SIGINT, then drain; the exit status the signal calls for."""
     loop = asyncio.get_running_loop()
     keep_grpc_aio()  # on this loop, before any grpc object (server.common.event_loop)
@@ -102,9 +117,10 @@ async def serve_until_signal(options: ServerOptions, services: Services, args: a
         )
         server.set_maintenance(maintenance[0])
 
-    for stopping_signal in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(stopping_signal, stop, stopping_signal)
-    loop.add_signal_handler(signal.SIGUSR1, toggle_maintenance)
+    def on_signal(signum: int) -> None:  # on the event loop
+        toggle_maintenance() if signum == signal.SIGUSR1 else stop(signum)
+
+    taker.reroute(lambda signum: loop.call_soon_threadsafe(on_signal, signum))
     signum = await stopping
     await server.stop(args.grace)
     with contextlib.suppress(TimeoutError):  # the stores commit every change; closing is tidiness
