@@ -11,7 +11,8 @@ from typing import Any
 
 import grpc
 
-from petlab.server.common.rpc_errors import CallRefused
+from petlab.errors import PetlabError
+from petlab.server.common.rpc_errors import status_of
 
 log = logging.getLogger("petlab.calls")
 
@@ -21,8 +22,8 @@ def _size(message: Any) -> int:
 
 
 def _status(error: BaseException) -> str:
-    if isinstance(error, CallRefused):
-        return error.code.name
+    if isinstance(error, PetlabError):
+        return status_of(error).name
     if isinstance(error, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED.name
     return "CANCELLED" if error.__class__.__name__ == "CancelledError" else "INTERNAL"

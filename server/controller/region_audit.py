@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petlab.errors import PetlabError
 from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
@@ -64,8 +65,9 @@ MAX_ENTRIES = 25_000_000
 CHUNK = 256  # forms reduced at once
 
 
-class AuditCapacity(Exception):
-    """The region audit would exceed its memory cap: it cannot certify (the release is refused)."""
+class AuditCapacity(PetlabError):
+    """The region audit would exceed its memory cap: it cannot certify (the release is refused;
+    caught inside the audit, never a call's answer)."""
 
 
 @dataclass

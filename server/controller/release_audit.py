@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from petlab.errors import PetlabError
 from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import (
     left_null_space,
@@ -573,8 +574,9 @@ class ReleaseAudit:
 _CHUNK = 1024  # functionals gathered over the atoms at once
 
 
-class BasisCapacity(Exception):
-    """The kept basis would exceed ``max_entries``: the audit cannot certify (the release is refused)."""
+class BasisCapacity(PetlabError):
+    """The kept basis would exceed ``max_entries``: the audit cannot certify (the release is refused;
+    caught inside the audit, never a call's answer)."""
 
 
 def _reduced(rows: np.ndarray, p: int) -> np.ndarray:
