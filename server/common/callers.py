@@ -92,7 +92,7 @@ class CallerIdentities:
         if self._tokens:
             return "token:" + self._token_owner(context)
         if self._certificates:
-            identities = context.peer_identities()
+            identities = list(context.peer_identities() or ())
             if not identities:
                 raise Unauthenticated("this server requires a client certificate")
             return "cert:" + identities[0].decode("utf-8", errors="replace")
