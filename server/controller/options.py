@@ -84,6 +84,20 @@ class ControllerOptions:
 def add_arguments(group: argparse._ActionsContainer) -> None:
     """The controller's flags (module docstring), defaults from :class:`ControllerOptions`."""
     default = ControllerOptions()
+    _add_access_arguments(group, default)
+    _add_policy_arguments(group, default)
+    add_env_option(
+        group,
+        "--controller-id",
+        str,
+        default.controller_id,
+        "the name certification authorities bind co-signatures to (default: a random id kept in "
+        "the data directory)",
+    )
+
+
+def _add_access_arguments(group: argparse._ActionsContainer, default: ControllerOptions) -> None:
+    """The data, its public domain, who may analyse it and the output-checking rules."""
     add_env_option(
         group,
         "--analysis-data",
@@ -110,6 +124,10 @@ def add_arguments(group: argparse._ActionsContainer) -> None:
     )
     add_env_switch(group, "--open-analysis", "let any key analyse (local demos only)")
     add_env_option(group, "--rules", Path, default.rules, "output-checking rules (TOML, a [rules] table)")
+
+
+def _add_policy_arguments(group: argparse._ActionsContainer, default: ControllerOptions) -> None:
+    """What each person may do (``people.PersonPolicy``) and how long one audit may take."""
     add_env_option(
         group,
         "--analysis-cooldown-seconds",
@@ -138,12 +156,4 @@ def add_arguments(group: argparse._ActionsContainer) -> None:
         default.analysis_audit_seconds,
         "the longest one analysis's audit may hold the history lock; past it the step is answered "
         "UNAVAILABLE with a retry hint and nothing is recorded",
-    )
-    add_env_option(
-        group,
-        "--controller-id",
-        str,
-        default.controller_id,
-        "the name certification authorities bind co-signatures to (default: a random id kept in "
-        "the data directory)",
     )
