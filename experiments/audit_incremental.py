@@ -1,4 +1,4 @@
-"""The incremental release audit against the batch audit it replaced (issue 30, point 3): time and
+"""The incremental release audit against the batch audit (the tests' reference): time and
 peak memory of one audit against 1,000 to 100,000 released rows, with atoms from a few hundred up
 to the sample's full domain (every distinct record), and a restart's replay time.
 

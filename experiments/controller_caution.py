@@ -226,7 +226,7 @@ def summary(rows: list[dict]) -> list[list]:
 
 def long_history_specs(data: pd.DataFrame) -> list[dict]:
     """One person's long history of means and small regressions over marital status x sex and age
-    bands x sex (the issue's "one person's history slows everyone"): most records end in atoms of
+    bands x sex (can one person's history slow everyone?): most records end in atoms of
     fewer than t records, so V (``release_audit``) is large."""
     specs: list[dict] = []
     for ms in sorted(int(v) for v in data.ms.unique()):

@@ -20,7 +20,7 @@ of "additional primary job holders" the paper reports. Configurations:
 * ``100mi-lean``: up to 100 miles, keeping 20% of the empty blocks at 2-5 miles and the paper's
   minimum 0.0378 beyond, so Theorem 5.2's eps' is the paper's 8.6;
 * ``200mi-dropped``, ``100mi-dropped``: the ``200mi`` and ``100mi`` bands on the data with the
-  pairs beyond the last band removed first, as the release did before issue 24 (n(d) then counts
+  pairs beyond the last band removed first (n(d) then counts
   the workers inside only, a confidential figure: NOT a private release). Beside ``200mi`` and
   ``100mi`` they measure the utility cost of the beyond cell, which keeps N(d), the public total,
   and draws the workers beyond like any other cell.
@@ -70,7 +70,7 @@ CONFIGURATIONS = {
         edges_miles=(0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0), keep=(1.0, 0.6, 0.3, 0.15, 0.08, 0.05)
     ),
 }
-DROPPED = ("200mi-dropped", "100mi-dropped")  # pairs beyond the last band removed first (pre-issue 24)
+DROPPED = ("200mi-dropped", "100mi-dropped")  # pairs beyond the last band removed first
 NOT_PRIVATE = "not private"
 
 
@@ -258,10 +258,10 @@ def _markdown(
     lines += [
         "",
         "Added per destination = alpha(d) x blocks in its kept domain + the beyond cell's N(d) / gamma "
-        "(mean over all destinations). The priors here are chosen for the shrunk domain (issue 16), so "
+        "(mean over all destinations). The priors here are chosen for the shrunk domain, so "
         "delta holds for what is sampled; the paper's priors were chosen for the full domain. "
-        "`200mi-dropped` and `100mi-dropped` remove the pairs beyond the last band before the release, "
-        "as this project did before issue 24 (not private: the count inside is confidential); beside "
+        "`200mi-dropped` and `100mi-dropped` remove the pairs beyond the last band before the release "
+        "(not private: the count inside is confidential); beside "
         "`200mi` and `100mi` they are the utility cost of the beyond cell. Written share: synthetic "
         "workers written over all real workers (real inside: the real workers within the last band).",
     ]
