@@ -268,11 +268,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--incremental",
         default="",
-        help="also bench the incremental audit against the batch one at these numbers of released rows "
+        help="also bench the incremental audit at these numbers of released rows "
         "(comma-separated, e.g. 1000,10000,100000)",
-    )
-    parser.add_argument(
-        "--batch-max-rows", type=int, default=3000, help="run the batch audit beside it up to this many rows"
     )
     parser.add_argument(
         "--incremental-time-limit",
@@ -301,7 +298,6 @@ def run(args: argparse.Namespace) -> int:
                 Path(path).name,
                 tuple(int(s) for s in args.incremental.split(",")),
                 args.seed,
-                args.batch_max_rows,
                 args.incremental_time_limit,
             )
     if incremental_rows:

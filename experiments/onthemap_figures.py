@@ -197,27 +197,46 @@ def run_figures(workers: int, seed: int, sample: int, out: Path) -> int:
     return 0
 
 
+#: Figure number -> (configuration, commutes) of ICDE 2008 Figures 1-4.
+FIGURES = {
+    1: ("200mi", "all"),
+    2: ("200mi", "short"),
+    3: ("100mi", "all"),
+    4: ("100mi", "short"),
+}
+
+
+def figure_of(frame: pd.DataFrame, number: int) -> plt.Figure:
+    """Figure ``number`` (1-4) from the per-block table (``onthemap_figures_per_block.csv``); its
+    layout is constrained, so every label and the two-line title stay inside the image."""
+    configuration, commutes = FIGURES[number]
+    part = frame[(frame.configuration == configuration) & (frame.commutes == commutes)].dropna()
+    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    axes.scatter(part.workers, part.true_average_miles, s=12, label="real (simulated data)", marker="o")
+    axes.scatter(part.workers, part.synthetic_average_miles, s=12, label="synthetic", marker="x")
+    axes.set_xscale("log")
+    axes.set_xlabel("workers in the destination block")
+    axes.set_ylabel("average commute (miles)")
+    what = "all commutes" if commutes == "all" else "commutes shorter than the median"
+    axes.set_title(f"Figure {number}: {what},\norigins within {configuration[:-2]} miles", fontsize=11)
+    axes.legend()
+    return figure
+
+
 def _plot(frame: pd.DataFrame, out: Path) -> None:
-    figures = {
-        1: ("200mi", "all"),
-        2: ("200mi", "short"),
-        3: ("100mi", "all"),
-        4: ("100mi", "short"),
-    }
-    for number, (configuration, commutes) in figures.items():
-        part = frame[(frame.configuration == configuration) & (frame.commutes == commutes)].dropna()
-        figure, axes = plt.subplots(figsize=(6, 4))
-        axes.scatter(part.workers, part.true_average_miles, s=12, label="real (simulated data)", marker="o")
-        axes.scatter(part.workers, part.synthetic_average_miles, s=12, label="synthetic", marker="x")
-        axes.set_xscale("log")
-        axes.set_xlabel("workers in the destination block")
-        axes.set_ylabel("average commute (miles)")
-        what = "all commutes" if commutes == "all" else "commutes shorter than the median"
-        axes.set_title(f"Figure {number}: {what}, origins within {configuration[:-2]} miles")
-        axes.legend()
-        figure.tight_layout()
+    for number in FIGURES:
+        figure = figure_of(frame, number)
         figure.savefig(out / f"figure_{number}.png", dpi=120)
         plt.close(figure)
+
+
+def replot(out: Path) -> int:
+    """Draw Figures 1-4 again from the per-block table a run wrote into ``out`` (seconds, not the
+    run's minutes)."""
+    table = out / "onthemap_figures_per_block.csv"
+    _plot(pd.read_csv(table), out)
+    print(f"drew {out}/figure_1..4.png from {table}")
+    return 0
 
 
 def _markdown(
@@ -282,7 +301,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("results/onthemap_figures"),
         help="directory for the figures and tables",
     )
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="only draw the figures again from the per-block table already in --out",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.replot:
+        return replot(args.out)
     return run_figures(args.workers, args.seed, args.sample, args.out)
