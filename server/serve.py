@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_directory(lock)
         raise
-    status = asyncio.run(serve_until_signal(options, services, args, taker))
+    status = asyncio.run(serve_until_signal(options, services, taker))
     release_directory(lock)
     end_process(status)
 
@@ -86,9 +86,10 @@ def end_while_starting(signum: int) -> None:
 
 
 async def serve_until_signal(
-    options: ServerOptions, services: Services, args: argparse.Namespace, taker: stop_signals.SignalTaker
+    options: ServerOptions, services: Services, taker: stop_signals.SignalTaker
 ) -> int:
-    """Serve until SIGTERM or SIGINT, then drain; the exit status the signal calls for."""
+    """Serve until SIGTERM or SIGINT (taken by ``taker``), then drain for ``--grace`` seconds; the
+    exit status the signal calls for."""
     loop = asyncio.get_running_loop()
     keep_grpc_aio()  # on this loop, before any grpc object (server.common.event_loop)
     server = AsyncServer(options, services)
@@ -97,15 +98,16 @@ async def serve_until_signal(
     except (OSError, RuntimeError) as exc:  # the port is taken
         log.error("%s", exc)
         return 1
-    if args.port_file:
-        args.port_file.write_text(str(port))
+    grace, port_file = options.common.grace, options.common.port_file
+    if port_file:
+        port_file.write_text(str(port))
     stopping: asyncio.Future[int] = loop.create_future()
     maintenance = [False]
 
     def stop(signum: int) -> None:
         if not stopping.done():
-            log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-            exit_deadline(args.grace + FORCE_MARGIN_SECONDS, EXIT_STATUS[signal.Signals(signum)])
+            log.info("signal %d: draining for up to %.0f s", signum, grace)
+            exit_deadline(grace + FORCE_MARGIN_SECONDS, EXIT_STATUS[signal.Signals(signum)])
             stopping.set_result(signum)
 
     def toggle_maintenance() -> None:
@@ -122,7 +124,7 @@ async def serve_until_signal(
 
     taker.reroute(lambda signum: loop.call_soon_threadsafe(on_signal, signum))
     signum = await stopping
-    await server.stop(args.grace)
+    await server.stop(grace)
     with contextlib.suppress(TimeoutError):  # the stores commit every change; closing is tidiness
         await asyncio.wait_for(loop.run_in_executor(None, services.close), STOP_MARGIN_SECONDS)
     log.info("stopped")

@@ -52,13 +52,13 @@ class SignalTaker:
     """Takes :data:`HELD` with ``sigwait`` on a daemon thread and calls the current route with
     each signal's number. :func:`hold` must have run in the thread that creates it."""
 
-    def __init__(self, route: Callable[[int], None]):
+    def __init__(self, route: Callable[[int], object]):
         self._route = route
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._take, name="stop-signals", daemon=True)
         self._thread.start()
 
-    def reroute(self, route: Callable[[int], None]) -> None:
+    def reroute(self, route: Callable[[int], object]) -> None:
         with self._lock:
             self._route = route
 
