@@ -452,16 +452,3 @@ def shrunk_epsilon(epsilon: float, min_keep_probability: float, max_ceil_alpha: 
     if not 0 < min_keep_probability <= 1:
         raise ValueError("keep probabilities lie in (0, 1]")
     return epsilon + math.log(1 / min_keep_probability) + max_ceil_alpha * math.log(2)
-
-
-def dirichlet_multinomial_logpmf(m: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> float:
-    """log P(m | n, alpha) of Algorithm 1 for one destination (used for exact checks)."""
-    m, posterior = np.asarray(m, dtype=float), np.asarray(n, dtype=float) + np.asarray(alpha, dtype=float)
-    total = m.sum()
-    return float(
-        gammaln(total + 1)
-        - gammaln(m + 1).sum()
-        + gammaln(posterior.sum())
-        - gammaln(posterior.sum() + total)
-        + (gammaln(m + posterior) - gammaln(posterior)).sum()
-    )
