@@ -28,46 +28,16 @@ within its destination. Per destination d:
    that are empty for d, distinct. The cost grows with the number of O/D pairs and synthetic
    workers, not with k(d).
 
-Privacy (derived here; the statement is :func:`petlab.plaindata.onthemap.statement.release_cost`).
-Write X for one destination's counts over the cells, D for a data set and X1 = X0 + e_i, X2 =
-X0 + e_j for D with one worker x put at origin i or j (X0: D without x). The disclosure set
-Disc(D, eps') (Definitions 5-6) holds the outputs m whose likelihoods under some such X1, X2
-differ by more than e^eps'.
-
-(a) Theorem 4.3 with per-cell priors. On a fixed domain K containing i and j,
-    P1(m | X1, K) / P1(m | X2, K) = (m_i + X0_i + alpha_i) / (X0_i + alpha_i) * (X0_j + alpha_j) /
-    (m_j + X0_j + alpha_j) <= 1 + m_i / (X0_i + alpha_i), and X0_i >= [D_i - 1]^+, so on
-    gamma-Rep(D) = {m : m_c <= gamma (alpha_c + [D_c - 1]^+) for every cell c} the ratio is at
-    most 1 + gamma = e^eps. B is a cell like any other here; nothing needs uniform priors.
-(b) Theorem 5.2 for the shrinking. Couple the keep decisions of the cells other than i and j (R,
-    the same law under X1 and X2). Cell j is kept under X1 w.p. phi_j = 1 if X0_j >= 1, else f_j.
-    P_A(m | X1) = sum_R P(R) [phi_j P1(m | X1, R+i+j) + (1 - phi_j) P1(m | X1, R+i)], and
-    P_A(m | X2) >= f_min sum_R P(R) P1(m | X2, R+i+j). If m_j > 0 the second term is 0; otherwise
-    dropping the empty cell j (prior a, since B is never dropped) only changes the normalising
-    Gamma ratio, prod_{t<N} (s + a + t) / (s + t) <= 2^ceil(a) for s = A_{R+i} + N >= N. So on
-    gamma-Rep(D), P_A(m | X1) / P_A(m | X2) <= e^eps 2^ceil(a) / f_min. B's prior does not enter:
-    B is always kept.
-(c) The probability of leaving gamma-Rep. It is at most P(the kept domain is outside the public
-    bounds) <= 2 x 0.1 delta plus, within them, the union bound over cells, <= 0.8 delta by the
-    choice of alpha (:func:`~petlab.plaindata.onthemap.privacy.shrunk_union_tail_alphas`; B
-    contributes nothing, and its prior mass only lowers the other cells' tails). So p = delta
-    bounds it for every X.
-(d) Lemma 5.2 for the whole pipeline. For m in gamma-Rep(D), m is in gamma-Good(X1) and
-    gamma-Good(X2) (D neighbours both), so P_ar(m | X1) / P_ar(m | X2) = [P_A(m | X1) / P_A(m |
-    X2)] [P_A(Good(X2) | X2) / P_A(Good(X1) | X1)] <= e^eps 2^ceil(a) / (f_min (1 - delta)): each
-    acceptance probability lies in [1 - delta, 1] because the rejection redraws the domain too
-    (with the domain kept, an acceptance probability is bounded below only on domains within the
-    bounds). The accepted output leaves gamma-Rep(D) w.p. q / (r + q) <= 1 - r <= delta (r =
-    P_A(Rep), q = P_A(Good minus Rep)). So Disc(D, eps') lies outside gamma-Rep(D), and the
-    release is (eps', delta)-probabilistically DP per destination with
-    eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta).
-
-``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on
-small geographies, for every data set and every relocation of a worker (across the edge too), and
-checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
-fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
-priors, which depend on N(d) and the geography only; figures computed from the data (pairs and
-workers beyond, rejected draws, prior mass of the kept domain) are confidential diagnostics.
+Privacy: (eps', delta)-probabilistically DP per destination, for one worker's origin moved within
+its destination (across the last band's edge too), with
+eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta)
+(:func:`petlab.plaindata.onthemap.statement.release_cost`). The proof (Theorem 4.3 with per-cell
+priors, Theorem 5.2 for the shrinking, the probability of leaving gamma-Rep, Lemma 5.2 for the
+whole pipeline) is on the documentation site: ``docs/explanation/proofs/onthemap.md``.
+``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` checks it on the pipeline's exact law.
+Everything printed is a function of eps, delta, the bands and the priors, which depend on N(d) and
+the geography only; figures computed from the data are confidential diagnostics
+(:class:`ReleaseDiagnostics`).
 """
 
 from __future__ import annotations
@@ -164,7 +134,7 @@ def _aggregate(destination, origin, count):
 
 def choose_alphas(n: np.ndarray, band_blocks: np.ndarray, keep, epsilon: float, delta: float) -> np.ndarray:
     """alpha(d) for the inside blocks from the public N(d) and band sizes ``band_blocks[d, b]``
-    (module docstring, step 2 and (c))."""
+    (module docstring, step 2; the proof's (c): docs/explanation/proofs/onthemap.md)."""
     band_blocks = np.asarray(band_blocks)
     bounds = shrunk_domain_bounds(band_blocks, np.asarray(keep), DOMAIN_SHARE * delta)
     return shrunk_union_tail_alphas(n, bounds, epsilon, TAIL_SHARE * delta, band_blocks.sum(axis=1))
