@@ -103,7 +103,7 @@ def _markdown(rows: list[dict], real_points: int, seed: int) -> str:
             (
                 [
                     row["eps"],
-                    epsilon_text(float(row["total_eps"])),  # type: ignore[arg-type]
+                    epsilon_text(float(row["total_eps"])),
                     row["method"],
                     f"{row['leaves']:,}",
                     f"{row['synthetic']:,} / {row['real']:,}",
