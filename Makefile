@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.petlab-installed
 
-.PHONY: demo test lint docs install clean torch
+.PHONY: demo test lint docs docs-screenshots install clean torch
 
 # concrete-python depends on torch (only for a convolution helper we never use). On a machine
 # without an NVIDIA GPU we want the CPU-only build: torch from the public index is the CUDA build on
@@ -60,6 +60,11 @@ lint: $(STAMP)
 # The documentation site, into site/; --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
+
+# Screenshots of every page of the built site in headless Chromium, into screenshots/ (checked by
+# eye: figures, wide tables and code blocks). Needs chromium; not part of `make test`.
+docs-screenshots: docs
+	PYTHON=$(BIN)/python scripts/docs_screenshots.sh screenshots
 
 # The suite on PYTEST_WORKERS processes (pytest-xdist): most tests are single-threaded (concrete's
 # compiler, key generation and evaluation, server processes), so 2 workers on 2 cores cut the wall

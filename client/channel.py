@@ -3,7 +3,7 @@
 Kept apart from ``client.knn_client`` so that tools which never encrypt (``petlab-analyst``) do not
 import concrete-python, and with it setuptools' ``pkg_resources`` warning, on every call.
 
-Credentials travel only where nobody else can read them (issue 23): a bearer token (``--token`` or
+Credentials travel only where nobody else can read them: a bearer token (``--token`` or
 ``PETLAB_TOKEN``) is sent over a plaintext channel only to a loopback address
 (``petlab.addresses``), or when the caller says ``insecure_token`` (``--insecure-token``: "send it
 anyway; anyone on the path can read it and act as you"); otherwise :func:`make_channel` refuses
@@ -19,8 +19,8 @@ interceptor on a plaintext channel (gRPC refuses call credentials there, on purp
 A plaintext channel to a loopback address never goes through an HTTP proxy: gRPC honours
 ``grpc_proxy``, ``https_proxy`` and ``http_proxy`` for every target, loopback included, and tunnels
 the connection with ``CONNECT 127.0.0.1:PORT``, so the proxy reads the plaintext HTTP/2 stream, token
-included, and connects to *its own* loopback, another machine's server (found by the red team:
-``tests/server/knn/test_identities.py``).
+included, and connects to *its own* loopback, another machine's server
+(``tests/server/knn/test_identities.py``).
 """
 
 from __future__ import annotations

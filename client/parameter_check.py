@@ -1,4 +1,4 @@
-"""The client's minimum-security check of a server's encryption parameters (issues 15 and 23).
+"""The client's minimum-security check of a server's encryption parameters.
 
 The client specs come from the server, and the client generates its secret keys and encrypts its
 query under them: a hostile server could hand out a tiny LWE dimension or almost no noise, and the
@@ -26,13 +26,13 @@ sent) and through concrete (what concrete will generate), and refuses them unles
   with the first ``lweDimension`` coefficients of the secret key the gate names, whatever that
   key's size (``getEncryptionTransformer``): specs whose input names dimension 1 under the
   2048-coefficient key made the client send each feature under a single key bit, which the server
-  reads by trying both values (found by the red team; ``tests/client/test_parameter_check.py``); a larger
+  reads by trying both values (``tests/client/test_parameter_check.py``); a larger
   dimension reads past the key's buffer, when encrypting and when decrypting;
 * **every value is laid out as its key's ciphertexts**: raw and concrete shape alike,
   ``lweDimension + 1`` unsigned 64-bit words per element (3 when seed-compressed). concrete
   decrypts that many words whatever shape the gate states: specs whose answer gate stated fewer
   made the device read past the answer's buffer and die by SIGABRT, since the device's result check
-  compares the answer with the gate and so accepted it (red team, issue 25);
+  compares the answer with the gate and so accepted it;
 * **one function per name**: concrete decrypts a split model's answer with the first function of
   its name, and the device's result check must read the same one.
 

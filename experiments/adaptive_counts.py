@@ -1,4 +1,4 @@
-"""Does adaptive synthesis write as many points as there are real ones? (issue 16)
+"""Does adaptive synthesis write as many points as there are real ones?
 
 On simulated commute data (workers as points of [0, 1]^4, Section 5.1 of "Synthetic Data via
 Differential Privacy"), for each eps: the improved adaptive histogram, leaf re-measurement and

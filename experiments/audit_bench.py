@@ -1,4 +1,4 @@
-"""The release audit's cost against the number of released sets (issue 22): time and memory of one
+"""The release audit's cost against the number of released sets: time and memory of one
 decision at 5,000 and 100,000 records, with 10 to 2,000 sets already released.
 
 Workload: random analyses of the kind ``client/examples/analyses.json`` holds, on the ACS columns:
@@ -13,7 +13,7 @@ most random analyses first, so the decision alone would rarely reach the audit).
 state kept between decisions (packed bits and atoms) and the peak of Python and numpy allocations
 during the exact audit (``tracemalloc``).
 
-Baseline in the same run: the audit before issue 22, one floating-point SVD of the dense sets x
+Baseline in the same run: a floating-point audit, one SVD of the dense sets x
 records matrix per decision (``QuerySetControl.isolated_record``), timed where its matrix fits in
 ``--baseline-max-gb``; its memory is that matrix (8 bytes per set and record) and the SVD's workspace.
 A decision is ``released``, ``refused`` (with the rule), or ``inconclusive`` (the exact audit hit its
@@ -95,7 +95,7 @@ def _functional(row) -> Functional:
 
 
 def float_svd_audit(history: ReleaseHistory, new_sets: list[np.ndarray]) -> float:
-    """The pre-issue-22 audit's work for one decision: the dense float matrix and its SVD."""
+    """The floating-point baseline audit's work for one decision: the dense float matrix and its SVD."""
     assert history.audit is not None
     bits = history.audit.released_bits()
     rows = np.unpackbits(bits, axis=1, count=history.audit.n_records).astype(np.float64)
@@ -200,7 +200,7 @@ def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, bas
 
 
 def bench_regions(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, time_limit: float):
-    """The region audit (issue 30) against released rows: the history is replayed from random
+    """The region audit against released rows: the history is replayed from random
     analyses (deduplicated, as the server stores it) until it holds each size of released rows, then
     one more analysis's region check is timed (``RegionAudit.check``, both primes) with its peak
     memory; the state is the residues the region audit keeps (rank^2 and rank x the columns'
@@ -280,11 +280,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--incremental",
         default="",
-        help="also bench the incremental audit against the batch one at these numbers of released rows "
+        help="also bench the incremental audit at these numbers of released rows "
         "(comma-separated, e.g. 1000,10000,100000)",
-    )
-    parser.add_argument(
-        "--batch-max-rows", type=int, default=3000, help="run the batch audit beside it up to this many rows"
     )
     parser.add_argument(
         "--incremental-time-limit",
@@ -313,7 +310,6 @@ def run(args: argparse.Namespace) -> int:
                 Path(path).name,
                 tuple(int(s) for s in args.incremental.split(",")),
                 args.seed,
-                args.batch_max_rows,
                 args.incremental_time_limit,
             )
     if incremental_rows:

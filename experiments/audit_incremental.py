@@ -1,6 +1,6 @@
-"""The incremental release audit against the batch audit it replaced (issue 30, point 3): time and
-peak memory of one audit against 1,000 to 100,000 released rows, with atoms from a few hundred up
-to the sample's full domain (every distinct record), and a restart's replay time.
+"""The incremental release audit: time and peak memory of one audit against 1,000 to 100,000
+released rows, with atoms from a few hundred up to the sample's full domain (every distinct
+record), and a restart's replay time.
 
 Workloads (the columns the released boxes constrain, so how finely the atoms can split): age and
 sex (at most 138 atoms); age, sex, income class, race and marital status (at most 1,322, the
@@ -14,12 +14,12 @@ target skips it.
 
 Measured per (workload, rows): the restart's replay (``ReleaseAudit.record`` of every row over the
 final atoms: the incremental path), the rank and the kept basis's size, then one audit of one more
-random count: ``ReleaseAudit.check`` (incremental) and ``ReleaseAudit.check_batch`` (the left null
-space of all released rows: an m x m matrix) where m is at most ``batch_max_rows``, each with its
-``tracemalloc`` peak (numpy's arrays are traced). A workload stops at the first size whose replay
-exceeds ``time_limit`` seconds. No checks run while the history is built: the rows are replayed
-unchecked, as a server replays its stored history, so these histories are larger than the
-controller would have released.
+random count (``ReleaseAudit.check``) with its ``tracemalloc`` peak (numpy's arrays are traced).
+The batch audit it is tested against (``tests/server/controller/audit_spaces.batch_check``, the
+left null space of all released rows: an m x m matrix) is a test's reference, not measured here.
+A workload stops at the first size whose replay exceeds ``time_limit`` seconds. No checks run
+while the history is built: the rows are replayed unchecked, as a server replays its stored
+history, so these histories are larger than the controller would have released.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def timed(call) -> tuple[Finding | None, float, float]:
 def outcome(finding: Finding | None) -> str:
     if finding is None:
         return "nothing determined"
-    return f"a group of {finding.group_size} determined" if finding.group_size else "cannot certify"
+    return f"a group of {finding.group_size} determined"
 
 
 def bench_incremental(
-    data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, batch_max_rows: int, time_limit: float
+    data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, time_limit: float
 ) -> list[dict]:
     rows_out = []
     for workload, chosen in WORKLOADS.items():
@@ -124,19 +124,11 @@ def bench_incremental(
                     f"(the boxes run out); {size} skipped"
                 )
                 continue
-            audit = ReleaseAudit(data, primes=primes, rng=np.random.default_rng(seed))
+            audit = ReleaseAudit(data, primes=primes)
             rows = released[:size]
             _, replay, replay_peak = timed(lambda audit=audit, rows=rows: audit.record(rows))
             candidate = [Functional.of(random_box(rng, data, columns))]
             incremental, seconds, peak = timed(lambda audit=audit, c=candidate: audit.check(c))
-            batch_seconds = batch_peak = None
-            agree = batch_outcome = ""
-            if size <= batch_max_rows:
-                batch, batch_seconds, batch_peak = timed(
-                    lambda audit=audit, c=candidate: audit.check_batch(c)
-                )
-                batch_outcome = outcome(batch)
-                agree = "yes" if batch_outcome == outcome(incremental) else "NO"
             row = {
                 "data": label,
                 "workload": workload,
@@ -148,23 +140,12 @@ def bench_incremental(
                 "replay_peak_mb": round(replay_peak, 1),
                 "audit_s": round(seconds, 3),
                 "audit_peak_mb": round(peak, 1),
-                "batch_audit_s": None if batch_seconds is None else round(batch_seconds, 3),
-                "batch_audit_peak_mb": None if batch_peak is None else round(batch_peak, 1),
-                "same_decision": agree,
                 "outcome": outcome(incremental),
-                "batch_outcome": batch_outcome,
             }
             print(
                 f"{label} [{workload}]: {size:>6} rows, {row['atoms']:>5} atoms, rank {row['rank']:>5}, "
                 f"basis {row['basis_mb']} MB; replay {replay:.1f} s, peak {replay_peak:.0f} MB; "
-                f"audit {seconds:.3f} s, "
-                f"peak {peak:.1f} MB; batch "
-                + (
-                    f"{batch_seconds:.3f} s, peak {batch_peak:.1f} MB"
-                    if batch_seconds is not None
-                    else "not run"
-                )
-                + f" ({row['outcome']})",
+                f"audit {seconds:.3f} s, peak {peak:.1f} MB ({row['outcome']})",
                 flush=True,
             )
             rows_out.append(row)

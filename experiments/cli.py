@@ -34,6 +34,11 @@ EXPERIMENTS = (
         "petlab.experiments.knn_budget",
     ),
     Subcommand(
+        "knn-figures",
+        "encrypted k-NN plots from the committed tables: PBS against n, latency against PBS",
+        "petlab.experiments.knn_figures",
+    ),
+    Subcommand(
         "onthemap-bench",
         "OnTheMap release at state scale: time and memory",
         "petlab.experiments.onthemap_bench",

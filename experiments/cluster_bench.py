@@ -1,4 +1,4 @@
-"""Scaling out on Dask (issue 17): encrypted k-NN and the OnTheMap release, one machine vs a cluster.
+"""Scaling out on Dask: encrypted k-NN and the OnTheMap release, one machine vs a cluster.
 
 ``petlab-experiments cluster-bench`` measures, in one run on this machine:
 

@@ -1,4 +1,4 @@
-"""Cost models for scaling out (issue 17), fitted to ``cluster_bench`` figures, checked against the
+"""Cost models for scaling out, fitted to ``cluster_bench`` figures, checked against the
 points they were not fitted on, and extrapolated to the national scale.
 
 k-NN. One evaluation costs ``C`` CPU seconds wherever it runs (``cpu_s_per_query``); a cluster of
@@ -24,7 +24,7 @@ NATIONAL_QUERIES_PER_MINUTE = 1000
 NATIONAL_JOBS = 130_000_000
 NATIONAL_BLOCKS = 8_000_000
 TARGET_UTILISATION = 0.7
-WORKER_MEMORY_GB = 4  # the issue's per-machine budget for the state release
+WORKER_MEMORY_GB = 4  # the per-machine memory budget for the state release
 GRID_BYTES_PER_BLOCK = 40  # BlockGrid: cell_of_block, order (8 bytes each) and the cell arrays
 HOUR = 3600.0
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import time
 from collections import Counter
 from importlib import resources
@@ -226,7 +227,7 @@ def summary(rows: list[dict]) -> list[list]:
 
 def long_history_specs(data: pd.DataFrame) -> list[dict]:
     """One person's long history of means and small regressions over marital status x sex and age
-    bands x sex (the issue's "one person's history slows everyone"): most records end in atoms of
+    bands x sex (can one person's history slow everyone?): most records end in atoms of
     fewer than t records, so V (``release_audit``) is large."""
     specs: list[dict] = []
     for ms in sorted(int(v) for v in data.ms.unique()):
@@ -264,22 +265,42 @@ OTHER_COUNTS = [
 
 def long_history(data: pd.DataFrame, domain: PublicDomain) -> list[list]:
     """After ``long_history_specs`` (each decided and released when allowed), another person's
-    counts: (where, seconds to decide, search work units, decision). Timed on this machine: a
-    measurement, not a test (the tests count work units)."""
+    counts: (where, seconds to decide, the same count's seconds against an empty history in the
+    same run, their ratio, search work units, decided by the split certificate, decision), and
+    the load averages before and after. Timed on this machine: a measurement, not a test (the
+    tests count work units)."""
+    load_before = os.getloadavg()
     history = ReleaseHistory(data, domain=domain)
     for spec in long_history_specs(data):
         evaluated = evaluate(spec, data, domain)
         if history.refusal(evaluated) is None:
             history.record(evaluated)
     assert history.audit is not None
-    out = [["(the history)", "", "", f"{history.n_released} rows released"]]
+    out = [["(the history)", "", "", "", "", "", f"{history.n_released} rows released"]]
     for where in OTHER_COUNTS:
         evaluated = evaluate({"type": "count", "where": where}, data, domain)
+        empty = ReleaseHistory(data, domain=domain)
+        started = time.perf_counter()
+        empty.refusal(evaluated)
+        baseline = time.perf_counter() - started
         started = time.perf_counter()
         reason = history.refusal(evaluated)
         elapsed = time.perf_counter() - started
         decision = "released" if reason is None else f"refused ({reason_kind(reason)}: {reason[-60:]})"
-        out.append([json.dumps(where), f"{elapsed:.2f}", f"{history.audit.search_work:.3g}", decision])
+        out.append(
+            [
+                json.dumps(where),
+                f"{elapsed:.2f}",
+                f"{baseline:.2f}",
+                f"{elapsed / baseline:.1f}",
+                f"{history.audit.search_work:.3g}",
+                history.audit.certificate or "no",
+                decision,
+            ]
+        )
+    load_after = os.getloadavg()
+    loads = [" / ".join(f"{x:.2f}" for x in load) for load in (load_before, load_after)]
+    out.append(["(load averages, 1/5/15 min)", "", "", "", "", "", f"before {loads[0]}, after {loads[1]}"])
     return out
 
 
@@ -307,7 +328,8 @@ def run(args: argparse.Namespace) -> int:
     if domain is None:
         raise SystemExit("give --domain: the data does not have the shipped ACS columns")
     if args.long_history:
-        print(markdown.table(["count", "seconds", "search work", "decision"], long_history(data, domain)))
+        columns = ["count", "seconds", "empty history", "ratio", "search work", "certificate", "decision"]
+        print(markdown.table(columns, long_history(data, domain)))
         return 0
     rows, kinds = measure(data, domain)
     args.out.parent.mkdir(parents=True, exist_ok=True)

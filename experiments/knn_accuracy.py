@@ -6,9 +6,9 @@ tests and ``knn-bench`` check this), so the clear references' accuracy on the wh
 is the encrypted classifier's accuracy. For each split (``Dataset.split(seed=s)``, 80/20):
 
 - float k-NN: scikit-learn's ``KNeighborsClassifier(k)`` on the **whole training split**, min-max
-  scaled (the scale the quantizer uses) - the target (issue 25: within one point);
+  scaled (the scale the quantizer uses) - the target (within one point);
 - ``thermo`` with the data owner's settings (``server.knn.datasets.owner_settings``);
-- ``fast`` and ``paper`` at ``--n`` (40) points, their settings before issue 25.
+- ``fast`` and ``paper`` at ``--n`` (40) selected points.
 
 Every model quantizes with the data set's public bounds, as ``petlab-server`` does. The CSV holds
 one row per (data set, family, split); the Markdown table the means over the splits.

@@ -335,7 +335,7 @@ def run_bench(
     return 0 if all(r["encrypted_equals_clear"] in (True, "") for r in rows) else 1
 
 
-#: Issue 34's latency targets per query on 2 cores, at plain k-NN accuracy (seconds).
+#: The latency targets per query on 2 cores, at plain k-NN accuracy (seconds).
 TARGETS = {"iris": 1.0, "breast_cancer": 15.0, "digits": 60.0}
 
 

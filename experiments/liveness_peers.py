@@ -1,5 +1,5 @@
 """Hostile health watchers against a real ``petlab-server`` process, and the probe that says whether
-the server stayed alive (issue 29; ``tests/e2e/test_liveness.py``, ``experiments/liveness_stress.py``).
+the server stayed alive (``tests/e2e/test_liveness.py``, ``experiments/liveness_stress.py``).
 
 * :class:`RawWatch`: one health ``Watch`` on a raw HTTP/2 connection (the ``h2`` package) that
   announces a stream window of ``window`` bytes and never grants more: ``window=0`` is the zero-window

@@ -1,5 +1,5 @@
 """Repeat the hostile-watcher attack of ``tests/e2e/test_liveness.py`` against fresh ``petlab-server``
-processes and print the number of hangs (issue 29). Not part of ``make test``:
+processes and print the number of hangs. Not part of ``make test``:
 
     petlab-experiments liveness-stress --runs 200
     python -m petlab.experiments.liveness_stress --runs 200

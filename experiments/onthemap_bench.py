@@ -1,4 +1,4 @@
-"""OnTheMap release at state scale (issue: 1.5 million O/D pairs, origin domains up to 233,726
+"""OnTheMap release at state scale (1.5 million O/D pairs, origin domains up to 233,726
 blocks, PDP eps = 4.6, delta = 1e-5; target under 60 s and 4 GB on this machine).
 
 The release runs as ``petlab-synth onthemap`` in a child process, so its wall time and peak

@@ -20,7 +20,7 @@ of "additional primary job holders" the paper reports. Configurations:
 * ``100mi-lean``: up to 100 miles, keeping 20% of the empty blocks at 2-5 miles and the paper's
   minimum 0.0378 beyond, so Theorem 5.2's eps' is the paper's 8.6;
 * ``200mi-dropped``, ``100mi-dropped``: the ``200mi`` and ``100mi`` bands on the data with the
-  pairs beyond the last band removed first, as the release did before issue 24 (n(d) then counts
+  pairs beyond the last band removed first (n(d) then counts
   the workers inside only, a confidential figure: NOT a private release). Beside ``200mi`` and
   ``100mi`` they measure the utility cost of the beyond cell, which keeps N(d), the public total,
   and draws the workers beyond like any other cell.
@@ -70,7 +70,7 @@ CONFIGURATIONS = {
         edges_miles=(0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0), keep=(1.0, 0.6, 0.3, 0.15, 0.08, 0.05)
     ),
 }
-DROPPED = ("200mi-dropped", "100mi-dropped")  # pairs beyond the last band removed first (pre-issue 24)
+DROPPED = ("200mi-dropped", "100mi-dropped")  # pairs beyond the last band removed first
 NOT_PRIVATE = "not private"
 
 
@@ -232,27 +232,46 @@ def _commute_accuracy(
     return figures, blocks
 
 
+#: Figure number -> (configuration, commutes) of ICDE 2008 Figures 1-4.
+FIGURES = {
+    1: ("200mi", "all"),
+    2: ("200mi", "short"),
+    3: ("100mi", "all"),
+    4: ("100mi", "short"),
+}
+
+
+def figure_of(frame: pd.DataFrame, number: int) -> plt.Figure:
+    """Figure ``number`` (1-4) from the per-block table (``onthemap_figures_per_block.csv``); its
+    layout is constrained, so every label and the two-line title stay inside the image."""
+    configuration, commutes = FIGURES[number]
+    part = frame[(frame.configuration == configuration) & (frame.commutes == commutes)].dropna()
+    figure, axes = plt.subplots(figsize=(6, 4), layout="constrained")
+    axes.scatter(part.workers, part.true_average_miles, s=12, label="real (simulated data)", marker="o")
+    axes.scatter(part.workers, part.synthetic_average_miles, s=12, label="synthetic", marker="x")
+    axes.set_xscale("log")
+    axes.set_xlabel("workers in the destination block")
+    axes.set_ylabel("average commute (miles)")
+    what = "all commutes" if commutes == "all" else "commutes shorter than the median"
+    axes.set_title(f"Figure {number}: {what},\norigins within {configuration[:-2]} miles", fontsize=11)
+    axes.legend()
+    return figure
+
+
 def _plot(frame: pd.DataFrame, out: Path) -> None:
-    figures = {
-        1: ("200mi", "all"),
-        2: ("200mi", "short"),
-        3: ("100mi", "all"),
-        4: ("100mi", "short"),
-    }
-    for number, (configuration, commutes) in figures.items():
-        part = frame[(frame.configuration == configuration) & (frame.commutes == commutes)].dropna()
-        figure, axes = plt.subplots(figsize=(6, 4))
-        axes.scatter(part.workers, part.true_average_miles, s=12, label="real (simulated data)", marker="o")
-        axes.scatter(part.workers, part.synthetic_average_miles, s=12, label="synthetic", marker="x")
-        axes.set_xscale("log")
-        axes.set_xlabel("workers in the destination block")
-        axes.set_ylabel("average commute (miles)")
-        what = "all commutes" if commutes == "all" else "commutes shorter than the median"
-        axes.set_title(f"Figure {number}: {what}, origins within {configuration[:-2]} miles")
-        axes.legend()
-        figure.tight_layout()
+    for number in FIGURES:
+        figure = figure_of(frame, number)
         figure.savefig(out / f"figure_{number}.png", dpi=120)
         plt.close(figure)
+
+
+def replot(out: Path) -> int:
+    """Draw Figures 1-4 again from the per-block table a run wrote into ``out`` (seconds, not the
+    run's minutes)."""
+    table = out / "onthemap_figures_per_block.csv"
+    _plot(pd.read_csv(table), out)
+    print(f"drew {out}/figure_1..4.png from {table}")
+    return 0
 
 
 def _markdown(
@@ -293,10 +312,10 @@ def _markdown(
     lines += [
         "",
         "Added per destination = alpha(d) x blocks in its kept domain + the beyond cell's N(d) / gamma "
-        "(mean over all destinations). The priors here are chosen for the shrunk domain (issue 16), so "
+        "(mean over all destinations). The priors here are chosen for the shrunk domain, so "
         "delta holds for what is sampled; the paper's priors were chosen for the full domain. "
-        "`200mi-dropped` and `100mi-dropped` remove the pairs beyond the last band before the release, "
-        "as this project did before issue 24 (not private: the count inside is confidential); beside "
+        "`200mi-dropped` and `100mi-dropped` remove the pairs beyond the last band before the release "
+        "(not private: the count inside is confidential); beside "
         "`200mi` and `100mi` they are the utility cost of the beyond cell. Written share: synthetic "
         "workers written over all real workers (real inside: the real workers within the last band).",
     ]
@@ -317,7 +336,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("results/onthemap_figures"),
         help="directory for the figures and tables",
     )
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="only draw the figures again from the per-block table already in --out",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.replot:
+        return replot(args.out)
     return run_figures(args.workers, args.seed, args.sample, args.out)

@@ -1,4 +1,4 @@
-"""Plausible-deniability synthesis at the issue's scale: 100,000 candidates generated and tested
+"""Plausible-deniability synthesis at scale: 100,000 candidates generated and tested
 (k = 50, gamma = 4, omega = 9, Privacy Test 2 with eps0 = 1) from the 100,000-record ACS 2013 set;
 target under 5 minutes on 2 cores.
 

@@ -272,7 +272,7 @@ def _knn_sections(results: dict[str, pd.DataFrame]) -> list[str]:
         ]
     lines += _table_section(
         results.get("knn_accuracy"),
-        "## Accuracy of the owner's settings beside float k-NN (issue 25)",
+        "## Accuracy of the owner's settings beside float k-NN",
         "The thermo family with each data set's owner settings (`server.knn.datasets.owner_settings`),"
         " its clear reference on the whole held-out split, beside scikit-learn's float k-NN on the"
         " whole training split (min-max scaled); `petlab-experiments knn-accuracy --splits 10` for"

@@ -1,4 +1,4 @@
-"""One encrypted query over many workers (issue 25): cost against n up to each data set's whole
+"""One encrypted query over many workers: cost against n up to each data set's whole
 training set, whole circuit in process against the split module on ``LocalCluster(2)``.
 
 ``petlab-experiments split-bench`` measures, for each data set and n (``--algorithm``: the default

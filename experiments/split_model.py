@@ -1,4 +1,4 @@
-"""The cost model of one query over many workers (issue 25), fitted to ``split_bench`` rows,
+"""The cost model of one query over many workers, fitted to ``split_bench`` rows,
 checked on the rows it was not fitted on, and extrapolated to 16 machines and 10^5 points.
 
 PBS (exact, from public figures: ``stage_pbs`` of each family's ``split`` module), k = 3
@@ -26,7 +26,7 @@ Extrapolation: P = 16 machines like this one (2 cores), one worker each using bo
 data set's whole training set and at 10^5 points of the same d, lookups per partition at their
 bound d 2^bits and the largest class at the data set's share: ``T16 = h + c * PBS_critical / 2``
 against one machine's ``c * PBS_whole / 2`` (both cores busy, as concrete keeps them on a quiet
-machine: the issue's 1.59 s for 205 PBS at Iris n = 40 is 7.8 ms per PBS, 15.5 ms of CPU).
+machine: 1.59 s measured for 205 PBS at Iris n = 40 is 7.8 ms per PBS, 15.5 ms of CPU).
 """
 
 from __future__ import annotations

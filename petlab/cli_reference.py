@@ -225,6 +225,78 @@ def environment_page(every: list[Command]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The exit-status page's examples: (what it shows, a console block of commands and what they
+#: print). ``tests/docs/test_docs_commands.py`` runs each as shown, in an empty directory with no
+#: server on 127.0.0.1:1, and compares what the programs print.
+EXIT_STATUS_EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "A value that cannot be right is named, and refused before any connection (2):",
+        (
+            "$ petlab-client classify --server 127.0.0.1:1 --model iris --features 5.1,abc,1.4,0.2",
+            "petlab-client: error: --features: value 2, 'abc', is not a finite number (give the "
+            "record's values as comma-separated numbers, e.g. 5.1,3.5,1.4,0.2)",
+            "$ echo $?",
+            "2",
+        ),
+    ),
+    (
+        "No server at the address (1): the address tried, and what to do:",
+        (
+            "$ petlab-client models --server 127.0.0.1:1",
+            "petlab-client: error: UNAVAILABLE: no server answered at 127.0.0.1:1: start one with "
+            "`petlab-server serve`, or give a running one's address with --server HOST:PORT (gRPC: ...)",
+            "$ echo $?",
+            "1",
+        ),
+    ),
+    (
+        "A bearer token is never sent in plaintext to another machine (2, before any connection):",
+        (
+            "$ petlab-client models --server 192.0.2.1:1 --token t0k3n",
+            "petlab-client: error: refusing to send the bearer token in plaintext to 192.0.2.1:1: give "
+            "--tls-ca to use TLS (or --insecure-token to send it readable by anyone on the path)",
+            "$ echo $?",
+            "2",
+        ),
+    ),
+    (
+        "A mistake in the command line: the usage, then the subcommand's error line (2):",
+        (
+            "$ petlab-client classify --server 127.0.0.1:1 --model iris",
+            "usage: petlab-client classify [-h] [--server SERVER] ...",
+            "...",
+            "petlab-client classify: error: one of the arguments --features --csv is required",
+            "$ echo $?",
+            "2",
+        ),
+    ),
+    (
+        "A file named on the command line that is malformed or missing (2), in every program:",
+        (
+            "$ echo '{ not json' > bad.json",
+            "$ petlab-analyst prepare bad.json --key analyst.pem",
+            "petlab-analyst: error: bad.json: Expecting property name enclosed in double quotes: line 1 "
+            "column 3 (char 2)",
+            "$ echo $?",
+            "2",
+            "$ petlab-synth plausible --data none.csv --runs 5 --out o.csv",
+            "petlab-synth: error: none.csv: No such file or directory",
+            "$ echo $?",
+            "2",
+            "$ petlab-experiments plausible-bench --data none.csv",
+            "petlab-experiments: error: none.csv: No such file or directory; --data names the ACS 2013 "
+            "CSV (...); leave it out to use the shipped 5,000-record sample",
+            "$ echo $?",
+            "2",
+            "$ petlab-server persons --data-dir .",
+            "petlab-server: error: no controller database at sessions.sqlite (check --data-dir)",
+            "$ echo $?",
+            "2",
+        ),
+    ),
+)
+
+
 def exit_status_page() -> str:
     lines = [
         "# Exit statuses",
@@ -252,6 +324,18 @@ def exit_status_page() -> str:
         "`petlab-analyst run` exits 3 when the controller aborts the sequence.",
         "`petlab-client` refusing a server's weak or tampered parameters is bad input (2).",
     ]
+    if EXIT_STATUS_EXAMPLES:
+        lines += [
+            "",
+            "## Examples",
+            "",
+            "What the programs print for common mistakes, as the documentation's tests run them (in an",
+            "empty directory, with no server listening on 127.0.0.1:1). Status 3 needs a server or a",
+            "controller that declines: `petlab-analyst run` when the controller aborts the sequence,",
+            "a call refused for a missing token (UNAUTHENTICATED) or a full server (RESOURCE_EXHAUSTED).",
+        ]
+        for sentence, console in EXIT_STATUS_EXAMPLES:
+            lines += ["", sentence, "", "```console", *console, "```"]
     return "\n".join(lines) + "\n"
 
 

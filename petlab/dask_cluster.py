@@ -10,9 +10,9 @@ The embedded ``LocalCluster`` listens on the loopback interface only: its schedu
 dashboard (which shows task names, worker logs and memory, when bokeh is installed) are reachable
 from this machine only. Its connections are mutual TLS under a key pair made for it in memory
 (``Security.temporary()``; :attr:`DaskCluster.security`): Dask runs whatever pickled function a
-client submits, and before this any local user could connect to the scheduler's loopback port and
-run code as the data owner, next to its training points, keys and confidential data (found by the
-red team: ``tests/server/knn/test_cluster_knn.py``). A scheduler given by ``--cluster`` is secured by its
+client submits, and without this any local user could connect to the scheduler's loopback port and
+run code as the data owner, next to its training points, keys and confidential data
+(``tests/server/knn/test_cluster_knn.py``). A scheduler given by ``--cluster`` is secured by its
 operator (``tls://`` and Dask's ``distributed.comm.tls`` configuration, which the client reads).
 """
 

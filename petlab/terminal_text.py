@@ -1,7 +1,7 @@
-"""What the server says, made safe to print (issue 29, item 4).
+"""What the server says, made safe to print.
 
-Found before this module: class names from the server reached the terminal with their control
-characters, so a hostile server wrote the clipboard (OSC 52) and cleared the screen through
+Printed as they come, class names from the server would reach the terminal with their control
+characters, so a hostile server could write the clipboard (OSC 52) and clear the screen through
 ``petlab-client``. Every string a server sent (names, descriptions, error details, released
 results) goes through :func:`shown` before the device or the analyst prints it: C0 and C1 controls,
 DEL, Unicode format characters (bidi overrides and isolates, zero-width characters), line and

@@ -2,7 +2,7 @@
 
 A pass rate, a count of suppressed pairs, the number of rejected draws or the prior mass computed
 from the true number of origins are each a release of the confidential data with no accounting
-behind it (issue 16): they are never printed. With ``--diagnostics FILE`` they go to a JSON file,
+behind it: they are never printed. With ``--diagnostics FILE`` they go to a JSON file,
 written owner-only (0600, created fresh) and marked confidential, for the data owner's own use.
 """
 

@@ -47,8 +47,8 @@ SHARED_BUILD_TIMEOUT = 600
 @pytest.fixture(scope="session", autouse=True)
 def concrete_runtime() -> None:
     """concrete's runtime installs a SIGPIPE handler the first time it runs anything (a simulation
-    included), and the test process then died by SIGSEGV when a LocalCluster's TLS connection
-    closed under a write (``tests/server/knn/test_split_knn.py`` on its own, found by the red team). Started
+    included), and the test process would then die by SIGSEGV when a LocalCluster's TLS connection
+    closed under a write (``tests/server/knn/test_split_knn.py`` run on its own). Started
     here, as the server and every Dask worker start it (``deployment.start_concrete_runtime``)."""
     start_concrete_runtime()
 

@@ -14,7 +14,7 @@ certification authority that has checked the whole sequence (Section 4.2). Signa
 domain-separated message. The authority's also covers the analyst's public key and a
 :class:`CertificationScope`: the controller it certifies for, the digest of that controller's data
 set (keyed by the controller, so it names the version and nothing else) and the SHA-256 of its
-output-checking rules, an expiry, and the person the key belongs to (issue 22: the
+output-checking rules, an expiry, and the person the key belongs to (the
 controller keeps refusals and quotas per person, so a fresh key is not a fresh start). So a
 co-signature cannot be moved to another analyst's sequence or person, nor replayed at another
 controller, against other data or under laxer rules than the ones the authority saw, nor used

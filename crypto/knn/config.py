@@ -52,7 +52,7 @@ class CircuitConfig:
             # every lookup's table spans its whole assigned width: concrete otherwise builds it over
             # the width the input set's bounds reached, and a value a query reaches beyond them (a
             # comparator the input set never saw on one side) reads a wrong or folded entry
-            # (crypto.knn.thermo.circuit; issue 25)
+            # (crypto.knn.thermo.circuit)
             optimize_tlu_based_on_original_bit_width=False,
         )
 

@@ -39,8 +39,8 @@ def start_concrete_runtime() -> None:
     concrete-python 2.11's runtime (HPX) installs its own SIGPIPE handler when it starts (``init_dfr``,
     or else inside the first ``server.run``), replacing Python's SIG_IGN; from then on a write to
     a peer that has gone (a Dask TLS connection between workers, a log pipe) kills the process by
-    SIGSEGV instead of raising ``BrokenPipeError`` (found by the red team: a LocalCluster connection
-    closing killed the process that had evaluated in process). Python can set a disposition only
+    SIGSEGV instead of raising ``BrokenPipeError`` (a LocalCluster connection
+    closing would kill the process that had evaluated in process). Python can set a disposition only
     from the main thread, and later runs do not install the handler again, so every process that
     evaluates calls this first: the server at start, each Dask worker as it joins."""
     if threading.current_thread() is not threading.main_thread():

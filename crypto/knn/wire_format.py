@@ -31,7 +31,7 @@ as it reads it (``readMessageCopy``, traversal limit 7e9 words), pointers the sc
 included, while a reader of the listed fields never looks at them: a key set whose root carried 8
 extra pointers (8 bytes each) aliasing its 20 MB bootstrap key passed every check above, and each
 cost concrete 20 MB (measured: +1 GB resident for 50 pointers; the 64 KiB upload margin holds 8,000,
-enough to kill the server; found by the red team). The re-encoded key set of a genuine upload is
+enough to kill the server). The re-encoded key set of a genuine upload is
 byte-identical to it (Iris, measured); a ciphertext is re-encoded in one segment.
 
 Keys that pass have the circuit's parameters exactly: concrete runs them (a key set of another

@@ -7,7 +7,7 @@ counts of a whole level are drawn in one call:
   split into all its children (empty ones too: skipping them would reveal emptiness), down to
   ``max_depth`` levels. A record meets one noisy count per level, and the parts of a level are
   disjoint (Theorem 1), so the tree costs eps * max_depth (Corollary 2). The noisy count that
-  stopped a leaf is dropped as soon as the leaf is decided (issue 31): the :class:`Tree` keeps the
+  stopped a leaf is dropped as soon as the leaf is decided: the :class:`Tree` keeps the
   shape only, so no release path can reach those values (released, they would need their own
   accounting, up to one more eps per level for the improved tree's discounted counts); leaf
   counts come from :func:`measure_leaves`, which is accounted.
@@ -222,8 +222,8 @@ def synthesize_from_counts(
     round(max(0, sum of the noisy counts)), itself an unbiased noisy total, so the number of
     synthetic points tracks the real count. Without it, round(max(0, count)) per leaf, as the
     paper's re-measurement is written: every empty leaf whose noise comes out positive adds
-    points and none takes any away, so the output grows by about (leaves) x scale / 2 (issue 16:
-    at eps 0.1, scale 10, 51,337 points for 20,000 real ones)."""
+    points and none takes any away, so the output grows by about (leaves) x scale / 2 (at
+    eps 0.1, scale 10, 51,337 points for 20,000 real ones)."""
     paths = list(counts)
     values = np.array([counts[p] for p in paths], dtype=float)
     if centered and len(values):

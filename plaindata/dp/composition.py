@@ -15,8 +15,8 @@
 * Sequential (basic, Dwork and Roth Theorem 3.16): (sum eps_i, sum delta_i). Kept as the floor:
   :func:`repeated` and :func:`compose` return the smaller epsilon of the two (the basic form at
   its own, smaller, delta).
-* Advanced (Dwork and Roth Theorem 3.20): kept only to show the old figures next to the new
-  (``docs/explanation/privacy-accounting.md``); nothing prints it any more.
+* Advanced (Dwork and Roth Theorem 3.20): kept only to compare its figures with the optimal
+  composition's (``docs/explanation/privacy-accounting.md``); nothing prints it.
 * Parallel: mechanisms on disjoint subsets of the records compose to the maximum of their
   parameters (a record is seen by one of them only). The subsets must not depend on the other
   records: with a fixed-size split, adding a record moves others between subsets. Assigning each
@@ -126,7 +126,7 @@ def basic_composition(epsilon: float, count: int, delta: float = 0.0) -> Privacy
 
 def advanced_composition(epsilon: float, count: int, delta_prime: float, delta: float = 0.0) -> PrivacyCost:
     """``count`` runs of an (epsilon, delta)-DP mechanism, by Theorem 3.20 with slack ``delta_prime``
-    (the figure this project printed before issue 31; kept for the comparison only)."""
+    (not what petlab prints, which composes optimally: kept for the comparison only)."""
     if not 0 < delta_prime < 1:
         raise ValueError("delta' must lie in (0, 1)")
     total = math.sqrt(2 * count * math.log(1 / delta_prime)) * epsilon + count * epsilon * math.expm1(epsilon)

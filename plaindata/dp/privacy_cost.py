@@ -1,4 +1,4 @@
-"""The privacy cost of a release, as a value (issue 21): the one type every synthesizer returns
+"""The privacy cost of a release, as a value: the one type every synthesizer returns
 and every report prints.
 
 In the spirit of dp_accounting's ``DpEvent``: a mechanism states its own cost as a

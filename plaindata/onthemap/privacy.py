@@ -92,8 +92,8 @@ def log_beta_binomial_sf(bound, n, a, b) -> np.ndarray:
     ``gammaln``, added in log space (``logsumexp``). Arrays broadcast; -inf for an empty tail.
 
     ``scipy.stats.betabinom.sf`` is 1 - cdf: it loses every digit below 1e-16 (0 where the tail is
-    2.2e-13) and was 0.9% low at 8e-10, which let the prior search accept priors whose tails
-    exceeded the bound. Here every term is computed on its own, so the relative error is that of
+    2.2e-13) and is 0.9% low at 8e-10, which would let the prior search accept priors whose tails
+    exceed the bound. Here every term is computed on its own, so the relative error is that of
     ``gammaln`` differences (about 1e-13 for the sizes used;
     ``tests/plaindata/onthemap/test_onthemap_privacy.py`` checks it against exact rationals)."""
     bound, n, a, b = (np.asarray(v) for v in np.broadcast_arrays(bound, n, a, b))

@@ -10,7 +10,8 @@ within its destination. Per destination d:
    :class:`petlab.plaindata.onthemap.block_grid.BlockGrid`, **plus one cell B for every origin
    beyond the last band**: the workers beyond are aggregated into B, never dropped, so every
    step below sees N(d), the public total, and not the number of workers inside the domain
-   (issue 24: a worker crossing the edge used to change n(d), the prior and the synthetic total).
+   (were the workers beyond dropped, a worker crossing the edge would change n(d), the prior and
+   the synthetic total).
 2. Priors (public, chosen before shrinking, Section V-B): a uniform alpha(d) on the inside blocks,
    from N(d) and the band sizes (:func:`choose_alphas`), and alpha_B = N(d) / gamma on B
    (:func:`~petlab.plaindata.onthemap.privacy.beyond_prior`): gamma alpha_B = N(d), so B never

@@ -5,7 +5,7 @@ docs/reference/file-formats.md ("Analyses") documents the format. The interprete
 controller's DataFrame together with what output checking needs (Domingo-Ferrer, PSD 2022, Section 2
 and 4.1): per-cell counts and contributions for tables, residual degrees of freedom for regressions,
 and what the analysis reveals as linear functionals of the records, for the audit of everything
-released (``release_audit``, issue 22):
+released (``release_audit``):
 
 ================  ===========================================================================
 statistic         released functionals (weight vectors over the records)
@@ -15,7 +15,7 @@ mean of y over S  1_S and y . 1_S: the count n and the sum n * mean. The sum is 
                   *weighted* functional y . 1_S too, not only as S's sum: where y takes few
                   values it is a count of a finer set (the mean of sex, 1 or 2, over S is
                   1 + women / n; the mean of hours over `hpw between [h, h + 1]` counts the
-                  records at h + 1), and a set defined by y's value pins y on it (red-22)
+                  records at h + 1), and a set defined by y's value pins y on it
 quantiles         1_S (n), and each quantile q's sides S and y < q, S and y > q: np.quantile
                   interpolates, so a quantile strictly between two adjacent values says
                   exactly how many records lie below it (audited as those sets whether or not
@@ -164,7 +164,7 @@ def admitted(spec: dict, domains: dict[str, list]) -> dict[str, list]:
 def domains_of(spec: dict, data: pd.DataFrame, domain: PublicDomain | None = None) -> dict[str, list]:
     """Every column the spec names with its domain: the public one (``public_domain``, what the
     server uses), else the distinct values present in the data (library use on synthetic data
-    only: definitions then compare by values present, a figure of the records, issue 30)."""
+    only: definitions then compare by values present, a figure of the records)."""
     named = {spec.get(k) for k in ("rows", "columns", "value", "column", "outcome")}
     named |= set(spec.get("predictors", [])) | set(spec.get("where", {}))
     if domain is not None:

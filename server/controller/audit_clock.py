@@ -1,13 +1,17 @@
-"""A clock on the audit's work (issue 30): the lock every person waits on is held for a bounded time.
+"""A clock on the audit's work: the lock every person waits on is held for a bounded time.
 
-The work caps of ``release_audit`` and ``region_audit`` bound what one decision computes, but not in
-seconds: on a slow or loaded machine a decision within the caps can still hold the history's lock
-for tens of seconds. :func:`audit_budget` sets a deadline for the calling thread; the loops of the
-audit (``modular``'s eliminations and products, the small-group search, the audits' blocks) call
+The audits' memory is capped from public figures (``release_history``'s public caps), but their
+work is not capped: a cap on the exact audit's work would refuse on how the records split, a figure
+of the records. On a slow or loaded machine, or when the small-group search meets a structured
+space, a decision can take seconds. :func:`audit_budget` sets a deadline for the calling thread;
+the loops of the audit (``modular``'s eliminations and products, the small-group search, the
+audits' blocks) call
 :func:`tick`, which raises :class:`AuditOverrun` once the deadline has passed. The controller then
-answers UNAVAILABLE with a retry hint, releases the lock and records nothing (``service``). The lock
-is so held for at most the budget plus one block of work (a product of at most 2,048 columns, a
-panel of 64 pivots or one search node).
+answers UNAVAILABLE with a retry hint, releases the lock and records nothing (``service``): no
+refusal, nothing counted against the person, but an observation whose timing depends on the records
+(docs/explanation/controller-audit.md lists it beside the answers' times). The lock is so held for
+at most the budget plus one block of work (a product of at most 2,048 columns, a panel of 64 pivots,
+one search node or 4,096 enumerated sets).
 """
 
 from __future__ import annotations

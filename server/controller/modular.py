@@ -3,7 +3,7 @@
 The audit decides whether a vector lies in the row space of the released functionals. Over the
 rationals that is exact but slow (fraction-free elimination on 2,000 x 100,000 integers); in floating
 point it is fast but wrong (a relative cut-off on singular values drops the direction that exposes a
-record once the family is ill-conditioned: issue 22). Here everything is computed over the field
+record once the family is ill-conditioned). Here everything is computed over the field
 F_p, p a prime drawn uniformly from [2^30, 2^31) by the operating system's CSPRNG, with integers
 only: every decision is exact over F_p.
 

@@ -27,7 +27,7 @@ and the decisions equal acro's on the same tables (``tests/server/controller/tes
   fitted mean, intercept or intercept plus slope: held by one record, it is that record's
   outcome). A predictor with three or more values gives no group its own coefficient; what its
   sums pin (a three-valued predictor's level counts) the exact audit finds;
-* shared values (beyond acro, issue 22): a released sum or mean over two or more records that all
+* shared values (beyond acro): a released sum or mean over two or more records that all
   hold the same value of its column, where the set's definition admits other values (a mean equal
   to the column's extreme over the set), shows a whole group sharing a value: a zero cell (the
   records of the set with any other value are none), refused like acro's empty cells
@@ -61,7 +61,7 @@ class Rules:
     max_leverage: float = 0.5
     rare_predictor_values: bool = True
     row_column_share: float = 0.9  # the paper's rule for two-way frequency tables
-    shared_values_disclosive: bool = True  # issue 22: a released mean equal to its set's extreme
+    shared_values_disclosive: bool = True  # a released mean equal to its set's extreme
 
 
 # acro's own rules alone (what the differential tests compare against): no quantile, regression

@@ -1,4 +1,4 @@
-"""People, not keys (issue 22): who is analysing, and what a person may still do.
+"""People, not keys: who is analysing, and what a person may still do.
 
 Identity. A key is not a person: anyone can make a thousand keys. The controller keeps refusals,
 cool-downs and quotas per *person*:
@@ -61,7 +61,7 @@ class PersonPolicy:
     refusal_budget: int = 3
     cooldown_seconds: float = 3600.0
     analyses_per_day: int = 1000
-    # issue 30: new released rows (forms) one person may add to the shared history, per session and
+    # new released rows (forms) one person may add to the shared history, per session and
     # per rolling 24 hours: the audit's cost, which every person waits on, grows with them
     rows_per_session: int = 2_000
     rows_per_day: int = 10_000

@@ -1,5 +1,5 @@
 """``petlab-server persons``: the data owner's view of the persons who analyse, and the lift of a
-suspension (issue 22, ``people``).
+suspension (``people``).
 
     petlab-server persons list [--data-dir DIR]            (also: petlab-server persons)
     petlab-server persons lift PERSON [--data-dir DIR] [--note TEXT]

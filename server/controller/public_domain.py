@@ -1,11 +1,11 @@
-"""The public attribute domain the controller reasons about (issue 30): per column, the values a
+"""The public attribute domain the controller reasons about: per column, the values a
 record may take, from a public file, never from the confidential records.
 
 A query set's *definition* is a box of this domain (per column, the domain values its ``where``
 and its cell admit; ``analyses.definition``), so two definitions are equal exactly when they
 select the same cells of the domain: ``hpw in [40, 51]`` and ``hpw = 40`` differ when 51 is in
 the domain, whether or not a record works 51 hours. Values present in the data would make that
-comparison a figure of the records (issue 30: both counts were released and showed that nobody
+comparison a figure of the records (both counts released would show that nobody
 works 51 hours).
 
 The file is the format of ``plaindata/data/acs13_domains.csv``: one line per column, its name then

@@ -16,10 +16,10 @@ t and not both zero (0 < max(a, b) < t):
 A one-sided difference (a small, b at least t, or the reverse) is released: sum(S) - sum(E) is the
 difference of a small group's sum and a large group's, which gives no exact value (9 records on one
 side against 1,798 on the other); when several releases do pin the small group, the exact audit
-(``release_audit``) refuses. Refusing one-sided differences made the refusal depend on one record
-that no released answer showed: on two data sets that agree on every earlier answer and differ in
-one record's hours, a = 9 on one and 10 on the other, and the position of the refusal spelled out
-the hours (``tests/server/controller/test_simulatable_refusals.py``).
+(``release_audit``) refuses. Refusing one-sided differences would make the refusal depend on one
+record that no released answer shows: on two data sets that agree on every earlier answer and
+differ in one record's hours, a = 9 on one and 10 on the other, and the position of the refusal
+spells out the hours (``tests/server/controller/test_simulatable_refusals.py``).
 
 Sets are packed bit masks. The sizes |S and E| for all pairs come from one matrix product of the
 unpacked bits in blocks of records (float32 sums of 0/1 stay exact below 2^24 records), so the

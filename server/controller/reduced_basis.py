@@ -1,9 +1,9 @@
-"""The released forms' row space over the atoms, kept reduced modulo one prime (issue 30, point 3).
+"""The released forms' row space over the atoms, kept reduced modulo one prime.
 
 The release audit (``release_audit``) needs, after each release, V: the combinations of released
-forms that vanish on every large atom (t or more records), restricted to the small atoms. Before
-issue 30 it rebuilt V from the whole history at every check (a left null space of the m released
-rows: an m x m matrix). Here V is read off a basis kept between checks.
+forms that vanish on every large atom (t or more records), restricted to the small atoms. Here V
+is read off a basis kept between checks, so a check never reads the released rows again (a
+rebuild from the whole history is a left null space of the m released rows: an m x m matrix).
 
 The basis. Rows B over the current atoms (columns), with pivot columns P such that B[:, P] = I
 (reduced form), split in two kinds:

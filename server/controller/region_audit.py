@@ -1,4 +1,4 @@
-"""Regions of the public domain that the releases show empty (issue 30).
+"""Regions of the public domain that the releases show empty.
 
 The record-level audit (``release_audit``) asks which groups of *records* the releases determine;
 a region of the domain that holds no record is no group of records, so it never sees it. The
@@ -38,13 +38,15 @@ What is exact, what is bounded.
   new forms, from the bases its check already built. One copy serves both audits.
 * Bounded: memory rank_cell^2 + rank_cell x (sum of the column domains' sizes) residues per prime
   here, beside the release audit's rank_rec x atoms; a check costs k rank_cell^2 for k new forms
-  (the record side's reduction is the release audit's check). Past ``max_entries`` the audit
-  cannot certify and refuses.
+  (the record side's reduction is the release audit's check). Both are figures of the definitions
+  only: :meth:`RegionAudit.rank_with` gives rank_cell with the new forms (rank_rec <= rank_cell,
+  since M_rec = M_cell P), and ``release_history`` refuses, on that public figure, a release past
+  ``max_entries`` here or past the release audit's memory cap, before either audit runs.
 
 What a refusal of this rule reveals: that some relation among empty regions would have become
-visible; the release would have shown the relation itself. In the attacks of issue 30 both
+visible; the release would have shown the relation itself. In the three-count attack both
 branches refuse (an empty region here, a determined group of one record in ``release_audit``),
-so the refusal is the same whatever the target's value: it is simulatable there
+so the refusal is the same whatever the target's value
 (``tests/server/controller/test_controller_regions.py`` measures it).
 """
 
@@ -58,14 +60,14 @@ import numpy as np
 from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
-from petlab.server.controller.release_audit import BasisCapacity, Functional, ReleaseAudit, factors
+from petlab.server.controller.release_audit import Functional, ReleaseAudit, factors
 
 MAX_ENTRIES = 25_000_000
 CHUNK = 256  # forms reduced at once
 
 
 class AuditCapacity(Exception):
-    """The region audit would exceed its memory cap: it cannot certify (the release is refused)."""
+    """The cell side would exceed its memory cap (a figure of the definitions only)."""
 
 
 @dataclass
@@ -119,15 +121,14 @@ class RegionAudit:
         regions holding no record, or None. ``record_ranks``: the release audit's ranks with the
         forms added (``ReleaseAudit.ranks_with``), computed here when not given."""
         try:
-            if record_ranks is None:
-                record_ranks = self.audit.ranks_with([Functional(f.members, f.weight) for f in forms], atoms)
-            extended = self._extend(forms)
-        except (AuditCapacity, BasisCapacity):
+            extended = self._extended_cells(forms)
+        except AuditCapacity:
             return (
                 "the region audit cannot certify the release: its basis would exceed "
                 f"{self.max_entries} numbers"
             )
-        self._pending = (_key(forms), extended)
+        if record_ranks is None:
+            record_ranks = self.audit.ranks_with([Functional(f.members, f.weight) for f in forms], atoms)
         for p, (_, cells) in extended.items():
             records = record_ranks[p] - self._record_ranks[p]
             if cells > records:
@@ -153,6 +154,21 @@ class RegionAudit:
         self.gap += max(cells - (ranks[p] - self._record_ranks[p]) for p, (_, cells) in extended.items())
         self._sides = {p: side for p, (side, _) in extended.items()}
         self._record_ranks = ranks
+
+    def rank_with(self, forms: list[RegionForm]) -> int:
+        """The rank over the domain's cells of everything released with ``forms`` added (the
+        largest over the primes): a figure of the definitions only, so of public information.
+        Raises :class:`AuditCapacity` past ``max_entries``. The extension is kept for
+        :meth:`check` and :meth:`record` of the same forms."""
+        return max(len(side.inverse) for side, _ in self._extended_cells(forms).values())
+
+    def _extended_cells(self, forms: list[RegionForm]) -> dict[int, tuple[_Side, int]]:
+        pending = self._pending
+        if pending is not None and pending[0] == _key(forms):
+            return pending[1]
+        extended = self._extend(forms)
+        self._pending = (_key(forms), extended)
+        return extended
 
     def entries(self) -> int:
         """Residues kept, over all primes (the cell side; the record side is the release audit's)."""

@@ -1,4 +1,4 @@
-"""The exact audit of everything the controller has released, to anyone (issue 22).
+"""The exact audit of everything the controller has released, to anyone.
 
 Threat model. Whatever one analyst receives, all may know: analysts collude, share keys, or are one
 person with many keys. So every new analysis is audited against every release the controller has
@@ -11,15 +11,17 @@ audited as the weighted functional y . 1_S as well (with y's values taken as kno
 column with few values is a count of finer sets, and a set defined by y's value pins y on it), a
 table cell is its subset, a regression releases X^T 1_S and X^T y (each level's subgroup of S for a
 discrete predictor, the weighted set x . 1_S for a numeric one, y . Q for each of those sets Q).
-The audit pools the
-weight vectors of all functionals, whatever column they weigh, into one matrix M (pooling only
-adds combinations, so it can refuse more, never less), with the universe 1_all always in it (N is
-public).
+The audit pools the weight vectors of all functionals, whatever column they weigh, into one matrix
+M (pooling only adds combinations, so it can refuse more, never less), with the universe 1_all
+always in it (N is public).
 
 What is refused. A group G of records has its count, and each column's sum, determined by the
 releases exactly when 1_G lies in the row space of M (Chin and Ozsoyoglu 1982 audit SUM queries
 this way for single records; here the unit is a group). Refused: any release after which a group
-of 1 to t - 1 records is determined (t = ``Rules.threshold``).
+of 1 to t - 1 records is determined (t = ``Rules.threshold``). That is the only refusal here: the
+audit has no cost cap of its own. Its memory is bounded by a public cap that ``release_history``
+applies before the audit runs (:meth:`ReleaseAudit.entries_bound`), and its time by the audit's
+clock (``audit_clock``), whose expiry is no refusal (docs/explanation/controller-audit.md).
 
 How, exactly and without a dense sets x records matrix:
 
@@ -27,24 +29,24 @@ How, exactly and without a dense sets x records matrix:
    row space is constant on atoms, so only unions of atoms can be determined, and only atoms of
    fewer than t records (small atoms) can be in a determined group of fewer than t records.
 2. V = R(M) restricted to combinations zero on the large atoms: the space every determined small
-   group's indicator lies in. Since issue 30 (point 3) it is read off a basis kept between checks
-   (``reduced_basis``): per prime, the released rows over the atoms in reduced form with the
-   large atoms' columns first, so V is spanned, exactly, by the rows whose pivot is a small atom.
-   A check refines the kept basis to the new atoms (a split atom's column is duplicated; a row
-   that loses its large pivot is reduced again) and reduces the new rows against it once;
-   :meth:`ReleaseAudit.record` keeps the result. Released rows are never read again, so one check
-   costs O(rank x atoms) per new row, the state is rank x atoms residues per prime (rank <= atoms
-   <= records, whatever the number of rows), and a restart replays the rows into the basis.
-3. ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1 vector of V
-   whose atoms total fewer than t records, on V's reduced form over its support (the atoms where
-   some vector of V is nonzero).
-
-:meth:`ReleaseAudit.check_batch` is the audit before point 3, kept as the reference the
-incremental one is tested against (same decision on random histories): it rebuilds V from all
-released rows, a left null space Y of M on the large atoms (an m x m matrix), three random
-elements of V for its support (an atom missed with probability p^-3) and D random combinations
-for its basis (incomplete with probability below 2 p^-8). Its reduced form on the support is the
-same matrix, as a reduced form is unique, so both give the search the same input.
+   group's indicator lies in, read off a basis kept between checks (``reduced_basis``): per
+   prime, the released rows over the atoms in reduced form with the large atoms' columns first,
+   so V is spanned, exactly, by the rows whose pivot is a small atom. A check refines the kept
+   basis to the new atoms (a split atom's column is duplicated; a row that loses its large pivot
+   is reduced again) and reduces the new rows against it once; :meth:`ReleaseAudit.record` keeps
+   the result. Released rows are never read again, so one check costs O(rank x atoms) per new
+   row, the state is rank x atoms residues per prime (rank <= atoms <= records, whatever the
+   number of rows), and a restart replays the rows into the basis.
+3. Two certificates, when the history holds no determined small group: the split certificate
+   (:meth:`ReleaseAudit._split_certified`: the new forms split the atoms finely enough) and the
+   column certificate (:meth:`ReleaseAudit._columns_certified`: every combination of the new V
+   that vanishes on one of t - 1 groups of its columns lies in the history's V). Either shows,
+   exactly, that no new small group can arise, and nothing is searched (the proofs are in the
+   methods' docstrings).
+4. Otherwise ``small_groups.find_group``: an exact search (a certificate either way) for a 0/1
+   vector of V whose atoms total fewer than t records, on V's reduced form over its support (the
+   atoms where some vector of V is nonzero), in the blocks of V that the history's V does not
+   contain (:meth:`ReleaseAudit._decide`).
 
 All arithmetic is modulo random primes (``modular``, which states the error bound: below
 B / 1.05e9 per prime, B the sum of log2 of the released rows' norms; two primes by default, a
@@ -57,29 +59,18 @@ of 99; Kleinberg, Papadimitriou and Raghavan 2000 show that auditing under such 
 Boolean ones, is coNP-hard); quantiles and other order statistics (covered by their own rules);
 what refusals tell (``service``: each refusal is a bit, bounded per person).
 
-When the audit cannot finish (the kept basis would exceed ``max_entries`` numbers, V's basis
-``max_entries`` or ``max_work`` operations to search, or the search its node budget) it refuses: a
-long history of fine-grained releases eventually stops releasing, which costs utility, never
-privacy.
-
-The search is incremental (:meth:`ReleaseAudit._decide`): once the kept V has been searched with no
-small group found, a check searches only the blocks of the new V that the old one does not contain
-(none when V keeps its dimension), at most ``search_work_cap`` units per prime; a check whose
-changed blocks would cost more is refused before any search. So one check's search costs at most
-the cap, however long the history: one person's fine-grained history slows nobody else's decision,
-it makes later releases that would enlarge a large V refused instead (utility, never privacy).
-These caps are the only place where the incremental and the batch audit can decide
-differently (the batch one's V basis is sampled with a margin of 8 rows, so it reaches its cap a
-little earlier). Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows
-(k x rank x atoms), V's reduced form (none when it already is one, else d^2 x support, d = dim V)
-and the search (d^2 x support per node); state kept between checks: the released functionals as
-packed bits (m N / 8 bytes, for the pairwise rule), each record's atom (N integers) and the bases.
-``petlab-experiments audit-bench --incremental`` measures it beside the batch audit.
+Cost per check of k new rows: refining the basis (rank x atoms), reducing the rows (k x rank x
+atoms), the split certificate (k x atoms, and eliminations of at most atoms x k), the column
+certificate when V grew (t - 1 left null spaces of d x support / (t - 1), d = dim V), and, only
+when neither holds, V's reduced form (d^2 x support, d = dim V) and the search (d^2 x
+support per node; the number of nodes is not bounded by a polynomial: finding a low-weight 0/1
+vector of a subspace is the minimum-distance problem). State kept between checks: the released
+functionals as packed bits (m N / 8 bytes, for the pairwise rule), each record's atom (N integers)
+and the bases. ``petlab-experiments audit-bench --incremental`` measures it.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,13 +85,11 @@ from petlab.server.controller.modular import (
     residues,
     row_log2_norm,
     rref,
-    times_bits,
 )
 from petlab.server.controller.reduced_basis import ReducedBasis
-from petlab.server.controller.small_groups import SearchBudget, blocks, find_group
+from petlab.server.controller.small_groups import blocks, find_group
 
-SUPPORT_SAMPLES = 3
-SPAN_MARGIN = 8
+CERTIFY_FORMS = 64  # new forms the split certificate takes at once (eliminations of pieces x forms)
 PRODUCT = "*"  # a weight "x*y" is the product of the columns x and y (a regression's X^T X, X^T y)
 
 
@@ -141,19 +130,14 @@ class Finding:
 class ReleaseAudit:
     """The audit state of one history: released functionals (packed bits) and each record's atom.
 
-    ``primes`` and ``rng`` are drawn from the operating system's CSPRNG unless given (tests)."""
+    ``primes`` are drawn from the operating system's CSPRNG unless given (tests)."""
 
     data: pd.DataFrame
     threshold: int = 10
     primes: tuple[int, ...] = ()
-    rng: np.random.Generator | None = None
-    max_entries: int = 25_000_000  # numbers in the kept basis (rank x atoms), or the space on the small atoms
-    max_work: float = 2e9  # D^2 x support, the cost of reducing that basis (tens of seconds)
-    search_budget: int = 20_000
-    # per prime, the most one check may search once V is certified (``small_groups``' unit, the
-    # sum over search nodes of d^2 x support, and the nodes): about a second per prime on the
-    # 5,000-record sample, loaded (1.35e8 units took 1.2 to 1.6 s over two primes)
-    search_work_cap: float = 8e7
+    # residues the kept basis may hold per prime (rank x atoms): ``release_history`` refuses, from
+    # public figures only, a release whose public bound (:meth:`entries_bound`) passes it
+    max_entries: int = 25_000_000
     n_primes: int = 2
     _bits: np.ndarray = field(init=False, repr=False)
     _weights: list[str | None] = field(init=False, repr=False)
@@ -165,18 +149,20 @@ class ReleaseAudit:
     _denominators: dict[str, np.ndarray] = field(init=False, default_factory=dict, repr=False)
     _bases: dict[int, ReducedBasis] = field(init=False, default_factory=dict, repr=False)
     _pending: tuple | None = field(init=False, default=None, repr=False)
-    # the kept V has been searched and holds no small group (``_decide``): a check then searches
-    # only the blocks of the new V that the old one does not contain
+    # the kept V holds no small group (searched, or the split certificate held): a check then
+    # needs only the certificate, or searches only the blocks of the new V that the old one does
+    # not contain
     _certified: bool = field(init=False, default=True, repr=False)
     _cleared: tuple | None = field(init=False, default=None, repr=False)  # the forms a check passed
     search_work: float = field(init=False, default=0.0)  # the last check's search: nodes + sum d^2 w
+    # how the last check was decided without a search: "splits" (:meth:`_split_certified`),
+    # "columns" (:meth:`_columns_certified`, for every prime) or "" (searched, or nothing to search)
+    certificate: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         n = len(self.data)
         if not self.primes:
             self.primes = tuple(random_prime() for _ in range(self.n_primes))
-        if self.rng is None:
-            self.rng = np.random.default_rng(secrets.randbits(128))
         self._bits = np.zeros((16, (n + 7) // 8), dtype=np.uint8)
         self._bits[0] = np.packbits(np.ones(n, dtype=bool))  # the universe: N is public
         self._weights = [None]
@@ -218,6 +204,14 @@ class ReleaseAudit:
         """The rank of everything released over the atoms (modulo the first prime)."""
         return self._bases[self.primes[0]].rank
 
+    def entries_bound(self, rank_bound: int) -> int:
+        """A bound, from public figures only, on the residues the kept basis holds per prime when
+        the released forms' rank is at most ``rank_bound``: rank x atoms <= ``rank_bound`` x N
+        (atoms are nonempty classes of records). V's reduced form is a part of that basis, so it is
+        bounded too. ``release_history`` passes the rank over the public domain's cells (which
+        bounds the rank over the records) or the number of distinct definitions released."""
+        return min(rank_bound, self.n_records) * self.n_records
+
     def record(self, functionals: list[Functional]) -> None:
         """Add released functionals to the history (after :meth:`check` passed, or on replay)."""
         for functional in functionals:
@@ -251,29 +245,32 @@ class ReleaseAudit:
 
     def check(self, functionals: list[Functional]) -> Finding | None:
         """Why releasing ``functionals`` after the history would determine a group of 1 to t - 1
-        records (or why the audit cannot tell), or None. Incremental: the kept bases are refined
-        and extended by ``functionals`` only (``reduced_basis``); :meth:`record` reuses the result."""
+        records, or None. Incremental: the kept bases are refined and extended by ``functionals``
+        only (``reduced_basis``); :meth:`record` reuses the result. Exact whatever it costs: no
+        cost cap refuses (module docstring)."""
         for functional in functionals:
             self._validate(functional)
         atoms = self._refined(functionals)
         sizes = np.bincount(atoms)
         self.search_work = 0.0
+        self.certificate = ""
         if not (sizes < self.threshold).any():
             self._passed(functionals, atoms)
             return None
-        try:
-            bases = self._extended(functionals, atoms, capped=True)
-        except BasisCapacity:
-            return Finding(
-                f"the audit cannot certify the release: the basis of the released forms would "
-                f"exceed {self.max_entries} numbers"
-            )
+        bases = self._extended(functionals, atoms)
         self._pending = (_key(functionals), atoms, bases)
+        if self._split_certified(functionals, atoms):
+            self.certificate = "splits"
+            self._passed(functionals, atoms)
+            return None
         old_of_new = self._atoms[_representatives(atoms)]
+        by_columns: list[int] = []
         for p in self.primes:
-            finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None)
+            finding = self._decide(bases[p], sizes, p, old_of_new if self._certified else None, by_columns)
             if finding is not None:
                 return finding
+        if len(by_columns) == len(self.primes):
+            self.certificate = "columns"
         self._passed(functionals, atoms)
         return None
 
@@ -289,12 +286,12 @@ class ReleaseAudit:
         """Each prime's rank of the released forms with ``functionals`` added, over ``atoms`` (the
         refined atoms): the record-side rank the region audit (``region_audit``) compares with
         its rank over the cells. Reuses the bases :meth:`check` built for the same forms and keeps
-        them for :meth:`record`; raises :class:`BasisCapacity` past ``max_entries``."""
+        them for :meth:`record`."""
         pending = self._pending
         if pending is not None and pending[0] == _key(functionals) and np.array_equal(pending[1], atoms):
             bases = pending[2]
         else:
-            bases = self._extended(functionals, atoms, capped=True)
+            bases = self._extended(functionals, atoms)
             self._pending = (_key(functionals), atoms, bases)
         return {p: basis.rank for p, basis in bases.items()}
 
@@ -303,7 +300,12 @@ class ReleaseAudit:
         return {p: basis.rank for p, basis in self._bases.items()}
 
     def _decide(
-        self, basis: ReducedBasis, sizes: np.ndarray, p: int, old_of_new: np.ndarray | None = None
+        self,
+        basis: ReducedBasis,
+        sizes: np.ndarray,
+        p: int,
+        old_of_new: np.ndarray | None = None,
+        by_columns: list[int] | None = None,
     ) -> Finding | None:
         """The small-group search on V = B_2 (``reduced_basis``), in reduced form on its support.
 
@@ -316,7 +318,9 @@ class ReleaseAudit:
         that the old V does not contain can hold a new small group: the others are not searched.
         With no new dimension in V (a release that only splits atoms, or whose forms have a
         pivot on a large atom) nothing is searched; the search's cost is that of the blocks the
-        release changes, not of the whole history."""
+        release changes, not of the whole history, and not even that when the column certificate
+        (:meth:`_columns_certified`) holds (``by_columns`` then gets p). It runs to its end: no cap
+        refuses."""
         vanishing = basis.vanishing_on_large()
         if not len(vanishing):
             return None
@@ -328,60 +332,34 @@ class ReleaseAudit:
         support = np.flatnonzero(vanishing.any(axis=0))
         if not len(support):
             return None
-        if len(vanishing) * len(support) > self.max_entries or (
-            len(vanishing) ** 2 * len(support) > self.max_work
+        if (
+            old is not None
+            and old_of_new is not None
+            and self._columns_certified(basis, old[:, old_of_new], p)
         ):
-            return Finding(
-                f"the audit cannot certify the release: the combinations that vanish on every "
-                f"group of {self.threshold} or more records span {len(vanishing)} dimensions over "
-                f"{len(support)} small atoms, beyond its memory or work cap"
-            )
+            if by_columns is not None:
+                by_columns.append(p)
+            return None
         reduced = _reduced(vanishing[:, support], p)
         if old is None or old_of_new is None:
             return self._search(reduced, sizes, support, p)
         kept = self._bases[p]
         contained = _in_span(old, kept.pivots[~kept.large[kept.pivots]], old_of_new, p)
-        changed = []
         for rows, columns in blocks(reduced):
             full = np.zeros((len(rows), len(sizes)), dtype=np.int64)
             full[:, support[columns]] = rows
             if not contained(full):
-                changed.append((rows, columns))
-        if sum(float(len(rows)) ** 2 * len(columns) for rows, columns in changed) > self.search_work_cap:
-            return Finding(
-                f"the audit cannot certify the release: the blocks of combinations it changes span "
-                f"{sum(len(rows) for rows, _ in changed)} dimensions, beyond the search's cap of "
-                f"{self.search_work_cap:g} per check"
-            )
-        spent = self.search_work
-        for rows, columns in changed:
-            left = self.search_work_cap - (self.search_work - spent)
-            finding = self._search(rows, sizes, support[columns], p, left)
-            if finding is not None:
-                return finding
+                finding = self._search(rows, sizes, support[columns], p)
+                if finding is not None:
+                    return finding
         return None
 
-    def _search(
-        self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int, work: float | None = None
-    ) -> Finding | None:
-        """``small_groups.find_group`` on ``basis`` (V's reduced form on ``support``), at most
-        ``work`` units of it (``max_work`` when None); past it the release is refused."""
+    def _search(self, basis: np.ndarray, sizes: np.ndarray, support: np.ndarray, p: int) -> Finding | None:
+        """``small_groups.find_group`` on ``basis`` (V's reduced form, or a block of it, on
+        ``support``), to its end; its work is added to :attr:`search_work`."""
         counter = [0, 0.0]
         try:
-            found = find_group(
-                basis,
-                sizes[support],
-                self.threshold,
-                p,
-                self.search_budget,
-                self.max_work if work is None else work,
-                counter,
-            )
-        except SearchBudget:
-            return Finding(
-                f"the audit cannot certify the release: the search for a determined group of fewer "
-                f"than {self.threshold} records needed more than its budget of steps or work"
-            )
+            found = find_group(basis, sizes[support], self.threshold, p, counter)
         finally:
             self.search_work += counter[0] + counter[1]
         if found is None:
@@ -393,11 +371,102 @@ class ReleaseAudit:
             size,
         )
 
-    def _extended(self, functionals: list[Functional], atoms: np.ndarray, capped: bool = False) -> dict:
+    def _columns_certified(self, basis: ReducedBasis, old: np.ndarray, p: int) -> bool:
+        """True when the new V (``basis``'s B_2 rows) provably holds no 0/1 vector of 1 to t - 1
+        records that the history's V (rows ``old``: its basis with each atom's column copied to its
+        pieces, a subspace of the new V) does not hold, with no search. Exact modulo p.
+
+        Proof. B_2 is the identity on its pivots P (``reduced_basis``), so every z of the new V is
+        z = x B_2 with x = z[P], and the history's V is X_old B_2 with X_old = {y[P] : y in old}, a
+        subspace of codimension a = dim new V - dim old V: the x orthogonal to the a rows of an
+        annihilator A (A y[P] = 0 for every y in old). A 0/1 vector z of fewer than t records is
+        nonzero on at most t - 1 atoms (each holds a record), at least one of them a pivot (x is
+        not 0), so on at most t - 2 of the other columns of the support: it vanishes on one of
+        t - 1 groups C_1 .. C_{t-1} of those columns (dealt out in turn), so x lies in
+        L_k = {x : x B_2[:, C_k] = 0} (the search's pigeonhole, ``small_groups``). If every L_k
+        lies in X_old (L_k A^T = 0), z lies in the history's V: it is one of the history's 0/1
+        vectors (constant on the pieces of each earlier atom, the same records), and the history's
+        V holds none of fewer than t records (certified). Cost: t - 1 left null spaces of
+        dim V x (support / (t - 1)) residues, about what the search's first node costs, instead of
+        the search."""
+        t = self.threshold
+        rows = basis.vanishing_on_large()
+        pivots = basis.pivots[~basis.large[basis.pivots]]
+        support = np.flatnonzero(rows.any(axis=0))
+        is_pivot = np.zeros(rows.shape[1], dtype=bool)
+        is_pivot[pivots] = True
+        free = support[~is_pivot[support]]
+        if t < 2 or len(free) < t - 1:
+            return False
+        annihilator = left_null_space(np.ascontiguousarray(old[:, pivots].T), p)  # A: (a x dim V)
+        if len(annihilator) != len(rows) - len(old):
+            return False  # the old rows are not independent over the pivots: not this shape
+        for k in range(t - 1):
+            tick()
+            null = left_null_space(rows[:, free[k :: t - 1]], p)
+            if len(null) and matmul(null, annihilator.T, p).any():
+                return False
+        return True
+
+    def _split_certified(self, functionals: list[Functional], atoms: np.ndarray) -> bool:
+        """True when releasing ``functionals`` provably determines no new group of 1 to t - 1
+        records, with no search: the kept history holds none (it is certified) and the new forms
+        split the atoms finely enough. Exact modulo each prime; False means only "not shown here"
+        (the search decides).
+
+        Proof. Let U be the row space of the released forms over the old atoms (each old form is
+        constant on the pieces of an old atom), F = (f_1 .. f_k) the new forms, and G a group of
+        1 to t - 1 records with 1_G in U + span(F): 1_G = u + g_c with u in U and g_c = sum c_j
+        f_j. On an old atom a, u is constant, so 1_G is constant on a's pieces exactly when g_c
+        is, that is when c lies in K_a = {c : sum_j c_j (f_j(piece) - f_j(first piece)) = 0 for
+        every piece of a}. Where 1_G is not constant on a's pieces it holds at least one record of
+        a (a piece is a nonempty atom), and old atoms are disjoint, so 1_G is not constant on at
+        most t - 1 split atoms. Put the split atoms in t groups: 1_G is constant on every atom of
+        some group i, so c lies in the intersection K(i) of K_a over that group. If K(i) = Z for
+        every i, Z = {c : g_c in U} (checked here: Z' = the intersection over all split atoms is
+        computed, and g_c for a basis of Z' is reduced against the kept basis over the old
+        atoms), then g_c lies in U, so 1_G does: it is constant on pieces, G is a union of fewer
+        than t records' old atoms, zero on every old large atom, so 1_G lay in the history's V,
+        which holds no such vector (certified). So no such G exists. Cost: the new forms over the
+        new atoms (k x atoms) and t + 1 eliminations of at most pieces x k residues per prime."""
+        k = len(functionals)
+        if not self._certified or not k or k > CERTIFY_FORMS:
+            return False
+        representatives = _representatives(atoms)
+        old_of_new = self._atoms[representatives]
+        first = np.full(self.n_atoms, -1, dtype=np.int64)  # each old atom's first piece
+        first[old_of_new[::-1]] = np.arange(len(old_of_new))[::-1]
+        pieces = np.bincount(old_of_new, minlength=self.n_atoms)
+        others = np.flatnonzero(first[old_of_new] != np.arange(len(old_of_new)))  # pieces past the first
+        split = np.flatnonzero(pieces > 1)
+        group = np.searchsorted(split, old_of_new[others]) % self.threshold
+        bits = np.stack([f.members for f in functionals])
+        weights = [f.weight for f in functionals]
+        for p in self.primes:
+            values = self._over_atoms(bits, weights, representatives, p)  # k x new atoms
+            differences = (values[:, others] - values[:, first[old_of_new[others]]]) % p
+            everywhere = left_null_space(differences, p)  # Z': g_c constant on every old atom's pieces
+            for i in range(self.threshold):
+                tick()
+                if len(left_null_space(differences[:, group == i], p)) != len(everywhere):
+                    return False
+            if len(everywhere):
+                kept = self._bases[p]
+                on_old = matmul(everywhere, values, p)[:, first]  # g_c over the old atoms
+                if kept.rank:
+                    free = np.ones(kept.rows.shape[1], dtype=bool)
+                    free[kept.pivots] = False
+                    rest = (on_old[:, free] - matmul(on_old[:, kept.pivots], kept.rows[:, free], p)) % p
+                else:
+                    rest = on_old
+                if rest.any():  # some g_c in Z' is new on the old atoms
+                    return False
+        return True
+
+    def _extended(self, functionals: list[Functional], atoms: np.ndarray) -> dict:
         """Each prime's basis over ``atoms`` (the refined atoms) with ``functionals`` added."""
         large = np.bincount(atoms) >= self.threshold
-        representatives = np.empty(len(large), dtype=np.int64)
-        representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]  # each atom's first record
+        representatives = _representatives(atoms)
         old_of_new = self._atoms[representatives]
         bits = np.stack([f.members for f in functionals]) if functionals else None
         weights = [f.weight for f in functionals]
@@ -410,71 +479,8 @@ class ReleaseAudit:
                         bits[start : start + _CHUNK], weights[start : start + _CHUNK], representatives, p
                     )
                     refined = refined.extended(rows)
-                    if capped and refined.entries > self.max_entries:
-                        raise BasisCapacity
-            if capped and refined.entries > self.max_entries:
-                raise BasisCapacity
             out[p] = refined
         return out
-
-    def check_batch(self, functionals: list[Functional]) -> Finding | None:
-        """The audit as it was before the kept bases (issue 22): V rebuilt from the whole history,
-        a left null space of the released rows on the large atoms (an m x m matrix) and sampled
-        combinations. The reference the incremental :meth:`check` is tested against; not used by
-        the server."""
-        for functional in functionals:
-            self._validate(functional)
-        atoms = self._refined(functionals)
-        sizes = np.bincount(atoms)
-        representatives = np.empty(len(sizes), dtype=np.int64)
-        representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]  # each atom's first record
-        small = np.flatnonzero(sizes < self.threshold)
-        if not len(small):
-            return None
-        bits = self.released_bits()
-        if functionals:
-            bits = np.concatenate([bits, np.stack([f.members for f in functionals])])
-        weights = self._weights + [f.weight for f in functionals]
-        large = np.flatnonzero(sizes >= self.threshold)
-        for p in self.primes:
-            finding = self._check_modulo(p, bits, weights, sizes, representatives, small, large)
-            if finding is not None:
-                return finding
-        return None
-
-    def _check_modulo(self, p, bits, weights, sizes, representatives, small, large) -> Finding | None:
-        assert self.rng is not None
-        on_large = self._over_atoms(bits, weights, representatives[large], p)
-        combinations = left_null_space(on_large, p)  # Y: zero on every large atom
-        if not len(combinations):
-            return None
-        probes = matmul(self.rng.integers(0, p, size=(SUPPORT_SAMPLES, len(combinations))), combinations, p)
-        values = self._times(probes, bits, weights, representatives[small], p)
-        support = small[(values != 0).any(axis=0)]
-        if not len(support):
-            return None
-        basis = np.zeros((0, len(support)), dtype=np.int64)
-        depth, drawn = 32, 0
-        while True:
-            exact = depth >= len(combinations)
-            rows = len(combinations) if exact else depth
-            if rows * len(support) > self.max_entries or rows * rows * len(support) > self.max_work:
-                return Finding(
-                    f"the audit cannot certify the release: the combinations that vanish on every "
-                    f"group of {self.threshold} or more records span more than {len(basis)} "
-                    f"dimensions over {len(support)} small atoms, beyond its memory or work cap"
-                )
-            if exact:  # every combination: no sampling
-                mixing = combinations
-            else:  # depth uniform random combinations in all: the ones not drawn yet
-                draw = self.rng.integers(0, p, size=(depth - drawn, len(combinations)))
-                mixing, drawn = matmul(draw, combinations, p), depth
-            fresh = self._times(mixing, bits, weights, representatives[support], p)
-            basis, _ = rref(np.concatenate([basis, fresh]), p)
-            if exact or len(basis) <= depth - SPAN_MARGIN:
-                break
-            depth *= 2
-        return self._search(basis, sizes, support, p)
 
     # ---------------------------------------------------------------- helpers
 
@@ -548,33 +554,8 @@ class ReleaseAudit:
                 matrix[row] = matrix[row] * self._weight_residues(weight, p)[records] % p
         return matrix
 
-    def _times(self, coefficients, bits, weights, records, p) -> np.ndarray:
-        """coefficients (k x rows) times M over the atoms represented by ``records``, mod p: the
-        query sets by one exact product with their bits, the weighted rows by one exact product per
-        weighing column (its rows' bits times the column's residues), in blocks of records."""
-        by_weight: dict[str | None, list[int]] = {}
-        for row, weight in enumerate(weights):
-            by_weight.setdefault(weight, []).append(row)
-        out = np.zeros((len(coefficients), len(records)), dtype=np.int64)
-        for weight, rows in by_weight.items():
-            chosen, part = bits[rows], coefficients[:, rows]
-            for start in range(0, len(records), 8192):
-                tick()
-                block = records[start : start + 8192]
-                gathered = self._gather(chosen, block)
-                if weight is None:
-                    product = times_bits(part, gathered, p)
-                else:
-                    product = matmul(part, gathered * self._weight_residues(weight, p)[block][None, :], p)
-                out[:, start : start + 8192] = (out[:, start : start + 8192] + product) % p
-        return out
-
 
 _CHUNK = 1024  # functionals gathered over the atoms at once
-
-
-class BasisCapacity(Exception):
-    """The kept basis would exceed ``max_entries``: the audit cannot certify (the release is refused)."""
 
 
 def _reduced(rows: np.ndarray, p: int) -> np.ndarray:

@@ -4,6 +4,11 @@ One history for all analysts: whatever one of them receives, all may know. The d
 analysis, in order (the first reason wins; reasons state exact figures and go to the log only;
 :meth:`ReleaseHistory.verdicts` gives every rule's):
 
+0. the public caps: the audits' memory, bounded from the definitions alone (the rank over the
+   public domain's cells of everything released with this analysis, ``region_audit``, or without
+   a domain the number of distinct definitions released, times N), refused past the caps before
+   any figure of the records is computed. No other cost refuses: the exact audit runs to its end,
+   its time bounded by the audit's clock (``audit_clock``), whose expiry is no refusal;
 1. output checking (``output_checking``): the analysis alone;
 2. empty cells shown by equal sets: a new query set whose records are exactly those of a set
    released before (or of another set of the same analysis) while its definition differs (the
@@ -29,12 +34,14 @@ those); but each rule here refuses, on one of two neighbouring data sets that ag
 earlier answer, only where the refused release would have shown what the rule protects: a set of
 fewer than t records, a determined group of 1 to t - 1 records, an empty region, a swap
 (``tests/server/controller/test_simulatable_refusals.py``, against an exact-rational oracle). A
-rule that refused one-sided differences (9 records on one side, 1,798 on the other) broke this:
-its refusal fell on one neighbour only, where releasing showed no exact value, so the position of
-one refusal in a session spelled out a record's value; it refuses trackers and swaps only.
-Spec-only rules (a minimum, a quantile probability the rules do not allow, a table whose public
-domain has more than 1,000 cells) are decided before the data is read (``analyses.check_spec``)
-and are no refusals: nothing is counted against the person.
+rule that refuses one-sided differences (9 records on one side, 1,798 on the other) or a cap on
+the audit's work (how V is structured) fails that test: its refusal falls on one neighbour only,
+where releasing shows no exact value, so the position of one refusal in a session can spell out a
+record's value.
+The public caps decide from public information only, so alike on both. Spec-only rules (a
+minimum, a quantile probability the rules do not allow, a table whose public domain has more than
+1,000 cells) are decided before the data is read (``analyses.check_spec``) and are no refusals:
+nothing is counted against the person.
 
 Released rows are deduplicated: a row equal to one released before (same records,
 weight and definition) adds nothing to what is known, so repeating an analysis adds nothing to the
@@ -60,8 +67,8 @@ from petlab.server.controller.analyses import Evaluated
 from petlab.server.controller.output_checking import Rules, check
 from petlab.server.controller.public_domain import PublicDomain
 from petlab.server.controller.query_set_control import QuerySetControl
-from petlab.server.controller.region_audit import RegionAudit, RegionForm
-from petlab.server.controller.release_audit import BasisCapacity, Functional, ReleaseAudit
+from petlab.server.controller.region_audit import AuditCapacity, RegionAudit, RegionForm
+from petlab.server.controller.release_audit import Functional, ReleaseAudit
 
 
 @dataclass(frozen=True)
@@ -136,15 +143,24 @@ class ReleaseHistory:
     def verdicts(self, evaluated: Evaluated) -> dict[str, str | None]:
         """Every rule's decision on ``evaluated`` (its reason, or None), each run whatever the
         others decide: what the simulatability test compares between neighbouring data sets."""
-        names = ["output checking", "zero cell", "tracker or swap", "exact audit", "empty region"]
+        names = [
+            "public caps",
+            "output checking",
+            "zero cell",
+            "tracker or swap",
+            "exact audit",
+            "empty region",
+        ]
         return dict(zip(names, self._rules(evaluated), strict=True))
 
     def _rules(self, evaluated: Evaluated) -> Iterator[str | None]:
         """Each rule's reason or None, in order, lazily (a caller may stop at the first reason)."""
         assert self.audit is not None
+        rows = self.fresh(released_functionals(evaluated))
+        capped = self._public_cap(rows)
+        yield f"public cap: {capped}" if capped else None
         decision = check(evaluated, self.rules)
         yield None if decision.release else "output checking: " + "; ".join(decision.reasons)
-        rows = self.fresh(released_functionals(evaluated))
         empty = self._empty_cell(rows)
         yield f"zero cell: {empty}" if empty else None
         control = QuerySetControl(len(self.data), self.rules.threshold, self.audit.released_bits())
@@ -158,13 +174,36 @@ class ReleaseHistory:
             yield None
             return
         atoms = self.audit._refined(functionals)  # rows seen before split no atom
-        try:  # the record side: the audit's bases with the new rows (its check's, when it built them)
-            ranks = self.audit.ranks_with(functionals, atoms)
-        except BasisCapacity:
-            yield "empty region: the region audit cannot certify the release: the record basis is full"
-            return
+        # the record side: the audit's bases with the new rows (its check's, when it built them)
+        ranks = self.audit.ranks_with(functionals, atoms)
         region = self.region_audit.check([_region_form(row) for row in rows], atoms, ranks)
         yield f"empty region: {region}" if region else None
+
+    def _public_cap(self, rows: list[Released]) -> str | None:
+        """Why releasing ``rows`` would pass the audits' memory caps, decided from public figures
+        only (module docstring, step 0), or None. The bound on the record basis's rank is the rank
+        over the domain's cells with the rows (``RegionAudit.rank_with``: rank_rec <= rank_cell
+        modulo each prime, as M_rec = M_cell P; the cell side is computed over a Gram matrix, whose
+        rank equals rank_cell except with ``region_audit``'s stated probability), or without the
+        region audit the distinct definitions and weights released with these (rank <= rows)."""
+        assert self.audit is not None
+        if self.region_audit is not None and self.regions:
+            try:
+                bound = self.region_audit.rank_with([_region_form(row) for row in rows])
+            except AuditCapacity:
+                return (
+                    f"the released forms' rank over the domain's cells would pass the region "
+                    f"audit's cap of {self.region_audit.max_entries} numbers"
+                )
+        else:
+            bound = len(self._seen) + len(rows)
+        if self.audit.entries_bound(bound) > self.audit.max_entries:
+            return (
+                f"the audit's basis could hold {self.audit.entries_bound(bound)} numbers (rank at "
+                f"most {bound} over {self.audit.n_records} records), past its cap of "
+                f"{self.audit.max_entries}"
+            )
+        return None
 
     def record(self, evaluated: Evaluated) -> list[Released]:
         """Add a released analysis; returns the rows to store (those not released before)."""

@@ -31,10 +31,10 @@ other persons' analyses are evaluated alongside; the decision and the record of 
 under one lock for the whole history (read, check, extend atomically), since every analysis is
 audited against everything released. A step waits at most ``lock_seconds`` for that lock; past it
 the step is refused with UNAVAILABLE and a retry hint, nothing changed, so one person's expensive
-history never stalls the others for longer (issue 30). What one person adds to the history is
+history never stalls the others for longer. What one person adds to the history is
 capped per session and per day (``PersonPolicy.rows_per_session``, ``rows_per_day``: new released
-forms, repeats are free), and the audit's own work is capped (``release_audit``, ``region_audit``)
-and clocked: a decision that passes ``audit_seconds`` (``audit_clock``) is stopped, answered
+forms, repeats are free), the audits' memory is capped from public figures (``release_history``)
+and their work is clocked: a decision that passes ``audit_seconds`` (``audit_clock``) is stopped, answered
 UNAVAILABLE with a retry hint and nothing recorded, so the lock is held for at most that budget plus
 one block of work, however slow the machine.
 """
@@ -82,8 +82,8 @@ DIAGNOSTICS_HEADER = (
     "# the data, never share it with analysts or ship it to a shared log.\n"
 )
 MAX_SPEC_BYTES = 64 * 1024
-LOCK_SECONDS = 5.0  # the longest a step waits for the one history lock (issue 30)
-AUDIT_SECONDS = 2.0  # the longest one decision holds that lock (issue 30, ``audit_clock``)
+LOCK_SECONDS = 5.0  # the longest a step waits for the one history lock
+AUDIT_SECONDS = 2.0  # the longest one decision holds that lock (``audit_clock``)
 WITHHELD = "withheld: disclosure control"
 _BARRIER_STATUS = {
     "suspended": grpc.StatusCode.PERMISSION_DENIED,
@@ -197,7 +197,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             )
         if start.legacy_sets:
             log.warning(
-                "%d query sets stored per key before issue 22 name no data file; they are not used",
+                "%d query sets stored per key name no data file; they are not used",
                 start.legacy_sets,
             )
         assert self._history.audit is not None
@@ -284,7 +284,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
 
     def _history_for(self, person: str) -> ReleaseHistory:
         """The history an analysis of ``person`` is audited against: the one global history, for
-        everyone (issue 22: whatever one analyst receives, all may know)."""
+        everyone (whatever one analyst receives, all may know)."""
         return self._history
 
     def _check_person(self, person: str, context, session: Session | None = None) -> None:
@@ -332,8 +332,12 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except InvalidInstruction as exc:  # the analyst's own bytes: no data involved, not a refusal
             return self._abort(session, position, str(exc), f"the sequence was changed: {exc}", refusal=False)
         try:
-            spec = json.loads(spec_bytes)
-            if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
+            try:
+                spec = json.loads(spec_bytes)
+                canonical = isinstance(spec, dict) and canonical_json(spec) == spec_bytes
+            except RecursionError:  # nested deeper than Python's JSON recurses: not a spec either
+                canonical = False
+            if not canonical:
                 raise AnalysisError("the spec is not a canonical JSON object")
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
@@ -387,8 +391,9 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
     def _check_row_caps(self, session: Session, rows: int, context) -> None:
         """Refuse (RESOURCE_EXHAUSTED, the session unchanged) a step that would take the person past
         the new rows they may add to the history per session or per day (``people.PersonPolicy``).
-        The count is of definitions not released before, so the decision depends on the specs and
-        the history, not on the records (a regression's discrete levels excepted)."""
+        The count is of definitions not released before (a regression's rows are its weighted
+        sets, whatever levels the data holds), so the decision depends on the specs and the
+        history, not on the records."""
         if not rows:
             return
         in_session, in_day = self._sessions.rows_added(session.person, session.session_id)

@@ -69,7 +69,7 @@ class HistoryStart:
     releases: list[Released]
     new: bool  # no release was ever made on this data file
     other_histories: dict[str, int]  # data digests seen before, with their numbers of releases
-    legacy_sets: int  # query sets stored per key before issue 22, data version unknown: not used
+    legacy_sets: int  # query sets stored per key, with no data file named: not used
 
 
 _SESSION_COLUMNS = "session_id, analyst_key, first_trace, previous_trace, position, status, reason, person"
@@ -89,9 +89,9 @@ class SessionStore:
         self._db.commit()
 
     def _migrate_global_first_trace(self) -> None:
-        """Databases written before issue 14 made T_0 unique across all analysts (anyone who saw a
-        victim's T_0 could lock the victim out). Rebuild such a table with the per-analyst key,
-        keeping every row, in one transaction."""
+        """A sessions table that makes T_0 unique across all analysts (anyone who saw a victim's T_0
+        could lock the victim out) is rebuilt with the per-analyst key, keeping every row, in one
+        transaction."""
         row = self._db.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'sessions'"
         ).fetchone()
@@ -104,7 +104,7 @@ class SessionStore:
             self._db.execute("ALTER TABLE sessions_v2 RENAME TO sessions")
 
     def _migrate_persons(self) -> None:
-        """Sessions written before issue 22 have no person: each key was its own."""
+        """A sessions table without a person column: each key is taken as its own person."""
         columns = [row[1] for row in self._db.execute("PRAGMA table_info(sessions)")]
         if "person" in columns:
             return
@@ -243,7 +243,7 @@ class SessionStore:
 
     def rows_added(self, person: str, session_id: str, now: float | None = None) -> tuple[int, int]:
         """Released rows ``person`` added to the histories in ``session_id`` and in the last 24 hours
-        (the caps of issue 30, ``people.PersonPolicy``)."""
+        (the caps of ``people.PersonPolicy``)."""
         now = self.clock() if now is None else now
         with self.lock:
             (in_session,) = self._db.execute(

@@ -103,7 +103,7 @@ OWNER_BUDGET = 0.1
 
 
 def owner_settings(name: str) -> KnnSettings:
-    """The data owner's settings for a bundled data set (issue 25): the thermo family, k = 3, and
+    """The data owner's settings for a bundled data set: the thermo family, k = 3, and
     what keeps its classifier within one point of float k-NN on the whole training set over ten
     stratified splits (docs/explanation/knn-circuits.md, "Accuracy and the owner settings";
     ``petlab-experiments knn-accuracy``). Iris keeps 40

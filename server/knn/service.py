@@ -48,7 +48,7 @@ from petlab.crypto.knn.model import KnnModel
 from petlab.crypto.knn.split.program import StageGraph
 from petlab.crypto.knn.wire_format import ForeignBytes, WireFormat
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadPace
+from petlab.server.common.admission import OwnerSlots, ServiceLimits, UploadPace
 from petlab.server.common.call_log import logged_stream_in, logged_unary
 from petlab.server.common.callers import CallerIdentities
 from petlab.server.common.fair_share import FairSlots, caller_key
@@ -143,7 +143,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             self._limits.evaluation_slots, thread_name_prefix="petlab-knn"
         )
         enforced = self._identities.enforced
-        self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
+        self._upload_slots: FairSlots | None = None  # made on the loop (asyncio futures)
         self._evaluation_slots: FairSlots | None = None  # made on the loop (asyncio futures)
         self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
         self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
@@ -164,6 +164,20 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 self._limits.evaluation_wait_seconds,
             )
         return self._evaluation_slots
+
+    @property
+    def upload_slots(self) -> FairSlots:
+        """Key uploads shared fairly between callers, as evaluations are: a caller that keeps
+        re-taking every slot with slow uploads cannot keep a new device from registering (it
+        waits for the next slot released, ahead of callers already holding theirs)."""
+        if self._upload_slots is None:
+            self._upload_slots = FairSlots(
+                self._limits.upload_slots,
+                "key uploads",
+                self._limits.evaluation_waiting,
+                self._limits.evaluation_wait_seconds,
+            )
+        return self._upload_slots
 
     def prepare_stored_keys(self) -> int:
         """At server start: prepare the most recently used stored keys that have a warm-up query
@@ -212,39 +226,40 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     @logged_stream_in
     async def RegisterKeys(self, request_iterator, context):
         owner = self._identities.owner(context)
-        with self._owner_uploads.held(owner), self._upload_slots.held():
-            pace = UploadPace(self._limits)
-            messages = pace.messages(request_iterator, lambda message: len(message.data))
-            first = await anext(messages, None)
-            if first is None:
-                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
-            hosted = model_named(self._models, first.model)
-            if len(first.warmup_query) > MAX_QUERY_BYTES:
-                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
-            low, high = hosted.key_size_window
-            if not low <= first.total_size <= high:  # before any byte is buffered
-                self._refuse_upload(hosted, first.total_size)
-            chunks = [first.data]
-            received = len(first.data)
-            async for chunk in messages:
-                if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
-                    abort(
-                        context,
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "only the first chunk may carry model, total_size, sha256 and warmup_query",
-                    )
-                received += len(chunk.data)
-                if received > first.total_size:
-                    abort(
-                        context,
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"the upload sent more than the announced {first.total_size} bytes",
-                    )
-                chunks.append(chunk.data)
-            # every byte is in: the checks and the disk are the server's work, on the pool
-            return await run_in(
-                self._pool, self._register, hosted, owner, first, chunks, self._deadline(context)
-            )
+        with self._owner_uploads.held(owner):
+            async with self.upload_slots.held(self._fair_caller(owner, context)):
+                pace = UploadPace(self._limits)
+                messages = pace.messages(request_iterator, lambda message: len(message.data))
+                first = await anext(messages, None)
+                if first is None:
+                    abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
+                hosted = model_named(self._models, first.model)
+                if len(first.warmup_query) > MAX_QUERY_BYTES:
+                    abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
+                low, high = hosted.key_size_window
+                if not low <= first.total_size <= high:  # before any byte is buffered
+                    self._refuse_upload(hosted, first.total_size)
+                chunks = [first.data]
+                received = len(first.data)
+                async for chunk in messages:
+                    if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
+                        abort(
+                            context,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            "only the first chunk may carry model, total_size, sha256 and warmup_query",
+                        )
+                    received += len(chunk.data)
+                    if received > first.total_size:
+                        abort(
+                            context,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"the upload sent more than the announced {first.total_size} bytes",
+                        )
+                    chunks.append(chunk.data)
+                # every byte is in: the checks and the disk are the server's work, on the pool
+                return await run_in(
+                    self._pool, self._register, hosted, owner, first, chunks, self._deadline(context)
+                )
 
     def _refuse_upload(self, hosted: HostedModel, total_size: int) -> NoReturn:
         """The announced size is not this model's key set: the store's own answer (its caps and

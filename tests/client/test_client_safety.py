@@ -1,4 +1,4 @@
-"""The device's side against a hostile server and hostile local users (issue 15, item 5)."""
+"""The device's side against a hostile server and hostile local users."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ DIGEST = hashlib.sha256(SPECS).hexdigest()
     ["../../../../tmp/pwned", "/etc/cron.d/x", DIGEST[:-1], DIGEST.upper(), "0" * 64, "", DIGEST + "0"],
 )
 def test_a_server_cannot_choose_the_key_directory(announced):
-    """Attack: the cache path joined the server's specs_sha256[:16] unchecked, so '..' or an
+    """Attack: a cache path joining the server's specs_sha256[:16] unchecked would let '..' or an
     absolute value put the secret keys where the server liked. Only the client's own digest names
-    the directory now."""
+    the directory."""
     with pytest.raises(ValueError, match="do not match"):
         verified_specs_digest(SPECS, announced)
     assert verified_specs_digest(SPECS, DIGEST) == DIGEST
@@ -34,8 +34,8 @@ def test_server_and_model_names_stay_one_path_component(name):
 
 
 def test_precreated_staging_file_does_not_capture_the_secret(tmp_path):
-    """Attack: another local user pre-created (or symlinked) the fixed staging name
-    '.keys.bin.tmp' and read the secret key set as it was written. Staging is now a fresh
+    """Attack: another local user pre-creates (or symlinks) a fixed staging name
+    '.keys.bin.tmp' to read the secret key set as it is written. Staging is a fresh
     O_EXCL file with a random name; the attacker's file stays empty."""
     bait = tmp_path / "attacker-owned"
     bait.write_bytes(b"")

@@ -1,4 +1,4 @@
-"""The device and the analyst against a hostile server (issue 29, item 4).
+"""The device and the analyst against a hostile server.
 
 A fake server in this process serves a real model's client specs (Wine, n = 6: keys made once per
 session by ``keyed_model`` and put in the device's key cache, so nothing is generated here) and
@@ -187,7 +187,7 @@ class RegisteringKnn(HostileKnn):
 @pytest.mark.slow
 def test_a_damaged_cached_key_id_is_replaced_by_uploading_the_keys_again(wine, tmp_path, capsys):
     """A key id overwritten with garbage: the device says which file, uploads its keys again,
-    caches the new id and queries with it (it used to send the garbage, and fail, on every run)."""
+    caches the new id and queries with it (it never sends the garbage, failing on every run)."""
     hosted, client, features, answers = wine
     servicer = RegisteringKnn(hosted, client, ["class_0", "class_1", "class_2"], answers)
     with fake_server(servicer) as address:

@@ -1,4 +1,4 @@
-"""The client refuses encryption parameters weaker than concrete's 128-bit defaults (issue 15)."""
+"""The client refuses encryption parameters weaker than concrete's 128-bit defaults."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ OUTPUT_ENCRYPTION = "circuits.0.outputs.0.typeInfo.lweCiphertext.encryption"
 def _input_under_key_bits(bits: int):
     """The query encrypted with only the first ``bits`` coefficients of the secret key: the
     gate's LWE dimension lowered (no compression, so the mask travels in the clear), its shapes to
-    match. Every field the old check read is unchanged (red team, issue 23)."""
+    match. Every field a check of the gate's fields alone would read is unchanged."""
 
     def tamper(document: dict) -> None:
         gate = document["circuits"][0]["inputs"][0]
@@ -183,7 +183,7 @@ def _input_under_key_bits(bits: int):
 def _output_shaped_for(elements: int):
     """The answer's gate says it holds ``elements`` words (raw and concrete shape alike) while its
     key and LWE dimension stay genuine: concrete decrypts ``lweDimension + 1`` words from a value
-    of that many (red team, issue 25: the device dies by SIGABRT, or reads past its buffer)."""
+    of that many (unchecked, the device dies by SIGABRT, or reads past its buffer)."""
 
     def tamper(document: dict) -> None:
         gate = document["circuits"][0]["outputs"][0]

@@ -17,8 +17,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_client_classify_through_python_m_prints_only_its_own_lines(tmp_path):
-    """``python -m petlab.client.main classify`` reaches the network code (it used to die on a
-    NameError for a helper defined after the ``__main__`` guard) and stderr holds one line of its
+    """``python -m petlab.client.main classify`` reaches the network code (no NameError for a
+    helper defined after the ``__main__`` guard) and stderr holds one line of its
     own: no setuptools warning printed by concrete-python's import."""
     done = _run(
         "-m", "petlab.client.main", "classify", "--server", "127.0.0.1:1", "--model", "iris",

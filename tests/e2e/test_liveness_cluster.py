@@ -1,4 +1,4 @@
-"""The cluster's health flips cannot freeze the server either (issue 29, point 6b).
+"""The cluster's health flips cannot freeze the server either.
 
 A real ``petlab-server --local-workers 2`` process (iris, n = 6, the fast family): a zero-window and
 a non-reading health watcher (raw HTTP/2, ``petlab.experiments.liveness_peers``) and two watchers

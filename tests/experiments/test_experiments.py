@@ -176,7 +176,7 @@ def test_synthesis_utility_experiments_write_their_tables(tmp_path):
     summary = pd.read_csv(figures / "onthemap_figures.csv")
     assert list(summary.configuration) == ["200mi", "100mi", "100mi-lean", "200mi-dropped", "100mi-dropped"]
     assert (summary.mean_added_all > 0).all()
-    # issue 31: every eps' is the release's own (Theorem 5.2 with the configuration's min f and a
+    # every eps' is the release's own (Theorem 5.2 with the configuration's min f and a
     # whole number of ceil(alpha) ln 2), with its neighbours; the dropped variants are not private
     dropped = summary.configuration.str.endswith("-dropped")
     assert (summary.eps_prime[dropped] == "not private").all()

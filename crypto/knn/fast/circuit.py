@@ -46,8 +46,8 @@ def exchange_function(plan: FastKnnPlan) -> Callable:
     takes a lookup input's signedness from the values the input set produced, and builds the table
     for that signedness over the hinted width. Were ``a - b`` read directly, a comparator whose
     operands the input set only ever saw in one order would get an unsigned table, constant
-    (``min(t, 0) = 0``), which concrete drops: found in a split partition (issue 25), where about
-    2 % of all queries then got an unsorted k-list. Shifted, the table is right for every value."""
+    (``min(t, 0) = 0``), which concrete drops: in a split partition about
+    2 % of all queries would then get an unsorted k-list. Shifted, the table is right for every value."""
     width, top = plan.compare_bits, plan.scale.distance_max
     negative_part = fhe.univariate(lambda u: np.minimum(u - top, 0))
 

@@ -1,4 +1,4 @@
-"""The fast family over P partitions of its training set: two passes, one module (issue 25).
+"""The fast family over P partitions of its training set: two passes, one module.
 
 The rule is the fast family's (``crypto.knn.fast.plan``): D_k is the k-th smallest distance with
 multiplicity, every point with ``d_i <= D_k`` votes (all ties), most votes wins, the smallest

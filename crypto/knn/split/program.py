@@ -25,7 +25,7 @@ From the program this module derives everything else, so a family writes only it
 * a check that the client's one query ciphertext fits every stage that reads it
   (:func:`check_query_inputs`: same key, encoding and shape in the client specs).
 
-concrete-python 2.11 facts this relies on (measured, issue 25): ``fhe.Wired`` compositions compile
+concrete-python 2.11 facts this relies on (checked by its tests): ``fhe.Wired`` compositions compile
 with the "multi" parameter strategy ("mono" found no parameters for the fast family's module);
 ``Value.serialize`` of one function's output deserialises in another process as another
 function's input under the same evaluation keys.

@@ -62,7 +62,7 @@ def decision_function(n_classes: int, vote_gap_bits: int) -> Callable:
     """Step 6 on encrypted votes (C,): the class. The pairwise signs read ``votes_c' - votes_c - 1``
     shifted by ``2^(vote_gap_bits - 1)``, never negative: concrete takes a lookup input's
     signedness from the input set's values, and a table built unsigned for a value that can be
-    negative is wrong (``crypto.knn.fast.circuit.exchange_function``; issue 25)."""
+    negative is wrong (``crypto.knn.fast.circuit.exchange_function``)."""
     diff, win, win_offsets = pair_matrices(n_classes)
     n_pairs = diff.shape[1]
     half = 1 << (vote_gap_bits - 1)

@@ -1,4 +1,4 @@
-"""The thermometer family over P partitions of its training set: one pass, one module (issue 25).
+"""The thermometer family over P partitions of its training set: one pass, one module.
 
 The state a partition hands on is its C sorted k-lists (each class's k smallest distances among
 the partition's points; ``network.partition_program``), and two states merge per class keeping

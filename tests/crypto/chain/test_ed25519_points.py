@@ -1,4 +1,4 @@
-"""Weak Ed25519 keys are refused (issue 14: "small-order Ed25519 public keys are accepted")."""
+"""Weak Ed25519 keys are refused: small-order, non-canonical and outside the prime-order subgroup."""
 
 from __future__ import annotations
 

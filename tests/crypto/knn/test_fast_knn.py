@@ -205,7 +205,7 @@ def test_server_algorithm_flag_and_environment(monkeypatch):
     from petlab.server.main import parse_args
 
     options, _ = parse_args(["serve", "--model", "iris"])
-    assert options.settings.algorithm == "thermo"  # the default family (issue 25)
+    assert options.settings.algorithm == "thermo"  # the default family
     monkeypatch.setenv("PETLAB_ALGORITHM", "paper")
     options, _ = parse_args(["serve", "--model", "iris"])
     assert options.settings.algorithm == "paper"
@@ -241,8 +241,8 @@ def test_lookups_are_exact_for_orders_the_input_set_never_showed():
     """Attack on exactness through the input set: concrete takes a lookup input's signedness from
     the values the input set produced. Compiled on pairs with a >= b only (and dist >= kth, and
     votes where class 0 always wins), the compare-exchange, the tie test and the vote must still
-    be right for the other order. Reading ``a - b`` unshifted, concrete dropped the comparator as
-    constant: a split partition gave unsorted k-lists on 2 % of the queries (issue 25)."""
+    be right for the other order. Reading ``a - b`` unshifted, concrete drops the comparator as
+    constant: a split partition then gives unsorted k-lists on 2 % of the queries."""
     from concrete import fhe
 
     from petlab.crypto.knn.fast.circuit import decision_function, exchange_function, within_function

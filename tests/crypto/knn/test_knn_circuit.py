@@ -55,11 +55,11 @@ def test_iris_real_encryption_equals_reference_at_n_40(
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("PETLAB_PAPER_SCALE"),
-    reason="the paper's family is no longer the default; PETLAB_PAPER_SCALE=1 runs it for real",
+    reason="the paper's family is not the default; PETLAB_PAPER_SCALE=1 runs it for real",
 )
 def test_iris_real_encryption_equals_reference_at_n_10(iris_split, tmp_path, encrypted_answers):
     """Two held-out queries encrypted for real, on the same pipeline at n = 10 (the paper's family
-    is no longer the default: its simulation tests above carry the many-query checks)."""
+    is not the default: its simulation tests above carry the many-query checks)."""
     train, test = iris_split
     model = build_model(
         "iris", train.features, train.labels, KnnSettings(n=10, k=3, bits=4, algorithm="paper")

@@ -27,7 +27,7 @@ def test_selection_is_seeded_and_well_formed(iris_split):
 
 
 def test_iris_clear_reference_accuracy(iris_model, iris_split, iris_test_levels):
-    """Issue target: the quantized clear reference reaches 0.93 on held-out Iris."""
+    """The target: the quantized clear reference reaches 0.93 on held-out Iris."""
     train, test = iris_split
     accuracy = np.mean(classify(iris_model.plan, iris_test_levels) == test.labels)
     sklearn_accuracy = (

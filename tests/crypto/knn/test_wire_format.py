@@ -1,8 +1,8 @@
 """concrete's key sets and ciphertexts checked against a circuit's client specs without concrete
-(``crypto.knn.wire_format``, issue 23), on real keys: Iris at n = 10 and Wine at n = 6, compiled as
+(``crypto.knn.wire_format``), on real keys: Iris at n = 10 and Wine at n = 6, compiled as
 ``petlab-server`` compiles them. Hostile variants are built from the real messages with pycapnp.
 Which of them kill concrete is measured in ``tests/server/knn/test_foreign_keys.py`` (through a server
-process) and in the issue's notes; here: each is refused, and only what concrete itself writes passes.
+process); here: each is refused, and only what concrete itself writes passes.
 """
 
 from __future__ import annotations
@@ -195,10 +195,10 @@ def test_a_refusal_quotes_little_of_what_the_sender_chose(iris):
 
 
 def test_pointers_the_schema_does_not_list_never_reach_concrete(iris, iris_keys, with_unlisted_pointer):
-    """Red team: concrete deep-copies every pointer of a message as it reads it, listed or not,
-    while the checks read the listed fields only. A key set whose root carried 50 extra pointers
-    aliasing its 20 MB bootstrap key passed and cost concrete 1 GB (8,000 fit the upload margin).
-    The checks now return the message re-encoded from what they checked, and only those bytes
+    """Attack: concrete deep-copies every pointer of a message as it reads it, listed or not,
+    while the checks read the listed fields only. A key set whose root carries 50 extra pointers
+    aliasing its 20 MB bootstrap key would cost concrete 1 GB (8,000 fit the upload margin).
+    The checks return the message re-encoded from what they checked, and only those bytes
     reach concrete: the genuine key set exactly, and a ciphertext without the extra field."""
     hosted, client = iris
     padded = with_unlisted_pointer(iris_keys, [bytes(4096)] * 3)

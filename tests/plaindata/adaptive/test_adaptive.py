@@ -84,7 +84,7 @@ DATA = ["ab", "ab", "a", "b", "ab", "ba", "a"]
 def test_theorem_3_bounds_the_structure_ratio(extra):
     """The neighbour holds one more record, inserted at every position of the data: Skip removes
     a node's first t records, so whether the extra record is among the skipped ones depends on
-    where it sits (issue 16: the test used to append it at the end only)."""
+    where it sits (appended at the end only, the test would miss the other positions)."""
     epsilon, threshold = 0.8, 1.5  # threshold >= ln(3) / eps, as improved_histogram requires
     t = improved_discount(epsilon, threshold)
     law = structure_law(DATA, threshold, epsilon, t, max_depth=4)
@@ -177,7 +177,7 @@ def test_leaves_partition_the_domain_and_measurement_counts_them():
 
 
 def test_leaf_counts_are_centered_on_their_noisy_sum():
-    """Issue 16: clamping each noisy leaf count at zero inflates the output by about leaves x
+    """Clamping each noisy leaf count at zero inflates the output by about leaves x
     scale / 2 (every empty leaf with positive noise adds points, none removes any); centering the
     leaves on the sum of their noisy counts (post-processing) keeps the total unbiased."""
     q = Quadtree(2)
@@ -270,9 +270,9 @@ def reachable_numbers(value, seen=None) -> list[float]:
 
 @pytest.mark.parametrize("grow", ["basic", "improved"])
 def test_the_tree_keeps_no_noisy_count(grow):
-    """Issue 31: the noisy counts that stopped the leaves were kept in ``Tree.leaves``, one step
-    from a release that would cost up to another eps per level without an accounting. The tree
-    now holds its shape only: no noisy value drawn while growing it is reachable from it."""
+    """The noisy counts that stopped the leaves, kept in ``Tree.leaves``, would be one step from a
+    release that costs up to another eps per level without an accounting. The tree holds its
+    shape only: no noisy value drawn while growing it is reachable from it."""
     q = Quadtree(2)
     points = np.clip(np.random.default_rng(7).normal(0.4, 0.1, (2000, 2)), 0, 1)
     noise = RecordingNoise(8)

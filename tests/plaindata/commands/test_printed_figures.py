@@ -1,5 +1,5 @@
 """Every privacy figure ``petlab-synth`` and ``petlab-experiments`` print, grepped from their output
-(cheap settings) and checked against the accountant (issue 31).
+(cheap settings) and checked against the accountant.
 
 A report is parsed into its tree of figures (indentation). Then each figure is recomputed from the
 mechanism's parameters: a composed figure from its parts by the rule it names (sequential: sums;
@@ -167,7 +167,7 @@ def test_plausible_prints_only_checked_figures(tmp_path, capsys):
 
 
 def test_every_printed_bound_is_rounded_up():
-    """The issue's six figures, printed below what was proven, now print at or above it."""
+    """Six figures whose nearest rounding lies below what was proven print at or above it."""
     cases = {
         1.129212: ("1.1293", None),
         7.5826e-10: (None, "7.59e-10"),

@@ -22,7 +22,7 @@ def test_onthemap_and_adaptive_commands(tmp_path, capsys):
     printed = capsys.readouterr()
     report = printed.out
     assert "epsilon' = 8.5687" in report and "NOT for release" in report
-    # issue 16: suppressed pairs, rejected draws and prior mass are confidential figures
+    # suppressed pairs, rejected draws and prior mass are confidential figures
     for confidential in ("suppressed", "rejected", "prior mass", "no real commuter"):
         assert confidential not in (printed.out + printed.err).lower()
     figures = json.loads(diagnostics.read_text())
@@ -124,9 +124,9 @@ def _edge_geography(tmp_path):
 
 
 def test_a_worker_crossing_the_edge_changes_neither_statement_nor_support(tmp_path, capsys):
-    """Issue 24: with the worker beyond the edge every release had 2 synthetic workers at d, with it
-    inside every release had 3, and the priors and the printed statement differed. Now both
-    inputs print the same statement and both reach 2 and 3 (the exact law's support, 0..3 under
+    """Were the workers beyond the edge dropped, every release with the worker beyond would have 2
+    synthetic workers at d, with it inside 3, and the priors and the printed statement would
+    differ. Both inputs print the same statement and both reach 2 and 3 (the exact law's support, 0..3 under
     both, is checked in test_onthemap_exact_pipeline.py)."""
     xwalk, inputs = _edge_geography(tmp_path)
     totals, statements = {}, {}

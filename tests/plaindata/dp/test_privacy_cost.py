@@ -1,4 +1,4 @@
-"""The one privacy-cost type and the one place where costs compose (issue 21): values, rules
+"""The one privacy-cost type and the one place where costs compose: values, rules
 by hand, refusals, and every synthesizer reporting through it."""
 
 import math

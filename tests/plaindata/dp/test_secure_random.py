@@ -1,5 +1,5 @@
 """Release randomness is ChaCha20 from the OS's entropy; seeded runs are reproducible PCG64 and are
-never the default (issue 16)."""
+never the default."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ B). For every data set D, every worker x of D and every two origins o1, o2 for x
 differ by more than e^eps' is in the disclosure set Disc(D, eps') (Definition 5); the test asserts
 P(A(D) in Disc(D, eps')) <= delta with (eps', delta) the statement the release prints and the priors
 the release chooses. The law computed here is the one ``release`` samples (chi-square in
-``test_onthemap_release.py``). The pipeline before issue 24 (workers beyond dropped, n(d) the
+``test_onthemap_release.py``). A pipeline that drops the workers beyond (n(d) the
 inside count) fails the same check with probability 1, and so does a prior below the chosen one.
 """
 
@@ -160,7 +160,7 @@ def test_the_whole_pipeline_meets_its_statement_exactly(statement):
         assert support_i == support_j == set(range(WORKERS + 1))
 
 
-def test_before_issue_24_the_edge_discloses_with_certainty(statement):
+def test_dropping_the_workers_beyond_discloses_with_certainty(statement):
     """Workers beyond dropped and n(d) the inside count: a crossing worker changes the synthetic
     total, so the two laws have disjoint supports (Disc holds every output)."""
     alpha, privacy = statement
@@ -191,7 +191,7 @@ def test_a_prior_below_the_chosen_one_breaks_delta(statement):
 
 
 def test_the_statement_names_its_neighbours_and_adding_a_worker_is_not_covered(statement):
-    """Issue 31: the statement holds for one worker's origin moved within a destination (the test
+    """The statement holds for one worker's origin moved within a destination (the test
     above, exactly), with N(d) public, and says so; adding a worker is not covered, and must not
     be: with N(d) = 4 no release writes 5 workers, with one worker more it does with a
     probability above delta (the written total is N(d) unless a worker is drawn beyond)."""

@@ -110,8 +110,8 @@ def test_pdp_alpha_is_the_smallest_that_satisfies_theorem_4_4():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_pdp_alpha_never_exceeds_the_pure_dp_prior(n):
-    """Issue 16: for n = 2 Theorem 4.4 asked for 21.3 where Theorem 4.1's pure-DP prior, a stronger
-    guarantee, needs 0.0203. The PDP prior is now never larger than the pure-DP one."""
+    """For n = 2 Theorem 4.4 asks for 21.3 where Theorem 4.1's pure-DP prior, a stronger
+    guarantee, needs 0.0203. The PDP prior is never larger than the pure-DP one."""
     eps, delta, k = 4.6, 1e-5, 233726
     alpha = pdp_alpha(n, eps, delta, k)
     assert alpha <= n / math.expm1(eps) * (1 + 1e-12)
@@ -304,7 +304,7 @@ def test_shrunk_prior_bounds_the_exact_probability_of_leaving_gamma_rep():
     """Exact computation on a small geography: for every kept domain within the public bounds (k'
     inside blocks from k_low to all, at most empty_high empty, and the beyond cell B) and every data
     set of n = 3 workers (0 to 3 of them beyond), Algorithm 1 with the chosen prior leaves gamma-Rep
-    with probability at most delta_tails; the full-domain prior of the code before issue 16's fix
+    with probability at most delta_tails; a prior chosen for the full domain
     does not.
 
     By the aggregation property, the synthetic counts of the r non-empty blocks, the total t on

@@ -218,7 +218,7 @@ def test_coarsening_refines_proportionally_to_public_weights():
 
 
 def _one_destination_with_far_empty_blocks():
-    """Issue 16's configuration: a destination with 60 one-worker origin blocks within 1.5 miles
+    """A destination with 60 one-worker origin blocks within 1.5 miles
     and 5,000 empty blocks 120 to 190 miles away (kept by Algorithm 2 with probability 0.0378)."""
     rng = np.random.default_rng(1)
     near = rng.uniform(-1.4, 1.4, size=(60, 2))
@@ -248,7 +248,7 @@ def _disclosure_rate(grid, destination, origin, count, draws: int, seed: int) ->
 
 
 def test_delta_holds_for_the_shrunk_domain(monkeypatch):
-    """Attack from issue 16: with the prior chosen for the full 5,061-block domain, Algorithm 1
+    """Attack: with the prior chosen for the full 5,061-block domain, Algorithm 1
     and accept/reject on the shrunk domain (about 250 blocks) disclose in several percent of
     releases at delta 1e-5 (measured 3.7% there, 7.7% here). With the prior chosen for the kept
     domain's public lower bound, no disclosure in 250 releases (at delta 1e-5 the chance of
@@ -256,7 +256,7 @@ def test_delta_holds_for_the_shrunk_domain(monkeypatch):
     grid, destination, origin, count = _one_destination_with_far_empty_blocks()
     assert _disclosure_rate(grid, destination, origin, count, 250, seed=1) == 0.0
 
-    def full_domain_prior(n, band_blocks, keep, epsilon, delta):  # the code before the fix
+    def full_domain_prior(n, band_blocks, keep, epsilon, delta):  # the prior for the full domain
         return union_tail_alphas(n, np.maximum(band_blocks.sum(axis=1), 2), epsilon, delta)
 
     monkeypatch.setattr(release_module, "choose_alphas", full_domain_prior)

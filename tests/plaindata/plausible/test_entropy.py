@@ -79,7 +79,7 @@ def test_composition_by_hand():
 
 
 def per_query_epsilon_advanced(total: float, count: int, delta_prime: float) -> float:
-    """The per-query eps advanced composition allowed (the rule before issue 31), by bisection."""
+    """The per-query eps advanced composition allows (the best of basic and advanced), by bisection."""
     low, high = 0.0, total
     for _ in range(100):
         middle = (low + high) / 2

@@ -89,7 +89,7 @@ def counterexample(n: int) -> tuple[np.ndarray, np.ndarray]:
     return base, np.vstack([base, [1, 1, 1]])
 
 
-def issue_pair(n: int) -> tuple[np.ndarray, np.ndarray]:
+def one_more_a_pair(n: int) -> tuple[np.ndarray, np.ndarray]:
     """n - 1 seeds sharing the kept value a and one other, against the same with an n-th a."""
     base = np.vstack([np.zeros((n - 1, 3), dtype=np.int64), [[1, 0, 0]]])
     return base, np.vstack([base, [0, 1, 1]])
@@ -124,16 +124,16 @@ def check_statement(config: PlausibleConfig, pairs, runs: int) -> int:
 
 @pytest.mark.parametrize("runs", [1, 2, 3])
 def test_every_printed_figure_holds_exactly_at_small_k(runs):
-    pairs = [counterexample(n) for n in (4, 6, 9)] + [issue_pair(4), issue_pair(6), empty_pair()]
+    pairs = [counterexample(n) for n in (4, 6, 9)] + [one_more_a_pair(4), one_more_a_pair(6), empty_pair()]
     pairs += list(random_neighbours(np.random.default_rng(42), 6))
     assert check_statement(SMALL, pairs, runs) == (1 if runs == 1 else 2) * len(pairs)
-    check_statement(TINY, [counterexample(2), counterexample(5), empty_pair(), issue_pair(2)], runs)
+    check_statement(TINY, [counterexample(2), counterexample(5), empty_pair(), one_more_a_pair(2)], runs)
 
 
 def test_every_printed_figure_holds_exactly_at_the_defaults():
-    """k = 50, eps0 = 1, t = 29: the counterexample at the worst size for "nothing" (n = 58), the
-    issue's 49 a + b against 50 a + b, and the empty seed set; two runs."""
-    pairs = [counterexample(58), counterexample(50), issue_pair(50), empty_pair()]
+    """k = 50, eps0 = 1, t = 29: the counterexample at the worst size for "nothing" (n = 58), 49 a + b
+    against 50 a + b, and the empty seed set; two runs."""
+    pairs = [counterexample(58), counterexample(50), one_more_a_pair(50), empty_pair()]
     check_statement(DEFAULTS, pairs, 2)
 
 

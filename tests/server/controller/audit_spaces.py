@@ -1,16 +1,94 @@
-"""The release audit's state, rebuilt and read (issue 30, point 3): V (the combinations of released
-rows that vanish on every large atom) rebuilt from the whole history as the batch audit does it, the
-same V read off the kept basis, and random released forms whose atoms split between steps. Imported
-by the incremental-audit tests of this room (pytest's prepend import mode puts this folder on
-``sys.path``)."""
+"""The release audit's state, rebuilt and read: V (the combinations of released rows that vanish on
+every large atom) rebuilt from the whole history as the batch audit does it, the same V read off the
+kept basis, the batch audit itself (:func:`batch_check`, the reference the kept-basis audit is
+tested against), and random released forms whose atoms split between steps. Imported by the
+release-audit tests of this room (pytest's prepend import mode puts this folder on ``sys.path``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from petlab.server.controller.modular import left_null_space, matmul, rref
-from petlab.server.controller.release_audit import Functional, ReleaseAudit
+from petlab.server.controller.audit_clock import tick
+from petlab.server.controller.modular import left_null_space, matmul, rref, times_bits
+from petlab.server.controller.release_audit import Finding, Functional, ReleaseAudit
+
+SUPPORT_SAMPLES = 3
+SPAN_MARGIN = 8
+
+
+def batch_check(
+    audit: ReleaseAudit, functionals: list[Functional], rng: np.random.Generator
+) -> Finding | None:
+    """The audit rebuilt from the whole history, with no kept state: a left null space Y of all
+    released rows on the large atoms (an m x m matrix), three random elements of V for its support
+    (an atom missed with probability p^-3) and D random combinations for its basis (incomplete with
+    probability below 2 p^-8), then the same exact search. Its reduced form on the support is the
+    kept basis's V (a reduced form is unique), so both audits give the search the same input: the
+    reference :meth:`ReleaseAudit.check` (the kept bases, the split certificate, the search of the
+    changed blocks) is tested against."""
+    atoms = audit._refined(functionals)
+    sizes = np.bincount(atoms)
+    representatives = np.empty(len(sizes), dtype=np.int64)
+    representatives[atoms[::-1]] = np.arange(len(atoms))[::-1]  # each atom's first record
+    small = np.flatnonzero(sizes < audit.threshold)
+    if not len(small):
+        return None
+    bits = audit.released_bits()
+    if functionals:
+        bits = np.concatenate([bits, np.stack([f.members for f in functionals])])
+    weights = audit._weights + [f.weight for f in functionals]
+    large = np.flatnonzero(sizes >= audit.threshold)
+    for p in audit.primes:
+        on_large = audit._over_atoms(bits, weights, representatives[large], p)
+        combinations = left_null_space(on_large, p)  # Y: zero on every large atom
+        if not len(combinations):
+            continue
+        probes = matmul(rng.integers(0, p, size=(SUPPORT_SAMPLES, len(combinations))), combinations, p)
+        values = _times(audit, probes, bits, weights, representatives[small], p)
+        support = small[(values != 0).any(axis=0)]
+        if not len(support):
+            continue
+        basis = np.zeros((0, len(support)), dtype=np.int64)
+        depth, drawn = 32, 0
+        while True:
+            exact = depth >= len(combinations)
+            if exact:  # every combination: no sampling
+                mixing = combinations
+            else:  # depth uniform random combinations in all: the ones not drawn yet
+                draw = rng.integers(0, p, size=(depth - drawn, len(combinations)))
+                mixing, drawn = matmul(draw, combinations, p), depth
+            fresh = _times(audit, mixing, bits, weights, representatives[support], p)
+            basis, _ = rref(np.concatenate([basis, fresh]), p)
+            if exact or len(basis) <= depth - SPAN_MARGIN:
+                break
+            depth *= 2
+        finding = audit._search(basis, sizes, support, p)
+        if finding is not None:
+            return finding
+    return None
+
+
+def _times(audit: ReleaseAudit, coefficients, bits, weights, records, p) -> np.ndarray:
+    """coefficients (k x rows) times M over the atoms represented by ``records``, mod p: the query
+    sets by one exact product with their bits, the weighted rows by one exact product per weighing
+    column (its rows' bits times the column's residues), in blocks of records."""
+    by_weight: dict[str | None, list[int]] = {}
+    for row, weight in enumerate(weights):
+        by_weight.setdefault(weight, []).append(row)
+    out = np.zeros((len(coefficients), len(records)), dtype=np.int64)
+    for weight, rows in by_weight.items():
+        chosen, part = bits[rows], coefficients[:, rows]
+        for start in range(0, len(records), 8192):
+            tick()
+            block = records[start : start + 8192]
+            gathered = audit._gather(chosen, block)
+            if weight is None:
+                product = times_bits(part, gathered, p)
+            else:
+                product = matmul(part, gathered * audit._weight_residues(weight, p)[block][None, :], p)
+            out[:, start : start + 8192] = (out[:, start : start + 8192] + product) % p
+    return out
 
 
 def batch_space(audit: ReleaseAudit, p: int) -> np.ndarray:

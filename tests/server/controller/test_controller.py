@@ -198,7 +198,7 @@ def test_sessions_survive_a_restart(serve, tmp_path):
 
 def test_certification_authority(serve, tmp_path):
     """The authority's co-signature opens a session only at the controller, data set and rules it
-    names, and only until it expires (issue 14); each refusal through the service."""
+    names, and only until it expires; each refusal through the service."""
     authority_pub = tmp_path / "authority.pub.pem"
     authority_pub.write_bytes(public_key_pem(AUTHORITY.public_key()))
     with (
@@ -317,7 +317,7 @@ def test_command_line(tmp_path, server, capsys):
     assert "analysis 1 is invalid" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------- attacks (issue 14)
+# ---------------------------------------------------------------- attacks
 
 DATA = pd.read_csv(acs_sample_path())
 
@@ -344,14 +344,14 @@ def _four_set_tracker() -> list[dict]:
 
 
 def test_four_set_tracker_is_refused(channel, server, caplog):
-    """Attack: pairwise query-set control let this sequence through, and the four released means
-    gave the hours worked of the one man in B exactly. The exact audit refuses the third: N is public
-    (the audit always counts the universe as released), so A, B and "neither"
-    already complete the tracker (issue 22 changed this from the fourth)."""
+    """Attack: pairwise query-set control alone lets this sequence through, and the four released
+    means give the hours worked of the one man in B exactly. The exact audit refuses the third: N is
+    public (the audit always counts the universe as released), so A, B and "neither" already
+    complete the tracker."""
     tracker = _four_set_tracker()
-    old_control = QuerySetControl(len(DATA), 10)
+    pairwise = QuerySetControl(len(DATA), 10)
     masks = [evaluate(spec, DATA).query_sets[0] for spec in tracker]
-    assert old_control.violation(masks) is None  # what the old code checked: all pairs pass
+    assert pairwise.violation(masks) is None  # pairwise control alone: all pairs pass
     out = io.StringIO()
     with caplog.at_level(logging.INFO, logger="petlab.server.controller.service"):
         assert run(prepare(tracker, ANALYST), channel, out=out) == 3
@@ -398,15 +398,15 @@ def test_single_record_regression_is_refused():
         "where": {"age": {"eq": 27}, "occ": {"in": [int(value), 23]}},
     }
     evaluated = evaluate(spec, DATA)
-    assert evaluated.residual_dof >= 10  # the old rule alone released it
+    assert evaluated.residual_dof >= 10  # the degrees-of-freedom rule alone releases it
     assert check(evaluated, ACRO_PARITY).release
     assert evaluated.max_leverage == pytest.approx(1.0)
     assert not check(evaluated).release
 
 
 def test_refusals_name_no_figures(channel):
-    """Refusal texts used to state exact withheld counts ("leaves out only 2 records", "1 cell is
-    empty"). The analyst now sees a category only."""
+    """Attack: a refusal text that stated exact withheld counts ("leaves out only 2 records", "1
+    cell is empty") would be a release. The analyst sees a category only."""
     attempts = [
         [{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}],
         [{"type": "frequency", "rows": "race", "columns": "waob"}],
@@ -482,8 +482,8 @@ def test_analysis_needs_registered_identities(serve, tmp_path):
 
 
 def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
-    """Attack: anyone who saw a victim's T_0 could open a session with it first (signing it with
-    their own key) and lock the victim out. T_0 is now unique per analyst identity."""
+    """Attack: anyone who saw a victim's T_0 opens a session with it first (signing it with their
+    own key) to lock the victim out. T_0 is unique per analyst identity, so the victim is not."""
     victim = prepare(GOOD[:1], ANALYST)
     squatter = Ed25519PrivateKey.generate()
     stolen = dict(victim)
@@ -502,7 +502,7 @@ def test_squatted_first_trace_does_not_lock_out_its_owner(channel):
     st.sampled_from(["sum", "mean"]),
 )
 def test_group_by_tables_equal_the_cell_by_cell_definition(records, two_way, statistic):
-    """The one-pass group-by (issue 14) against the definition: one scan of the data per cell."""
+    """The one-pass group-by against the definition: one scan of the data per cell."""
     data = pd.DataFrame(records, columns=["r", "c", "v"])
     spec = {"type": "magnitude", "rows": "r", "value": "v", "statistic": statistic}
     if two_way:
@@ -563,8 +563,8 @@ def test_one_analyst_does_not_hold_up_another(channel, server):
 
 
 def test_an_old_session_database_is_migrated(tmp_path):
-    """A database from before issue 14 (T_0 unique across analysts) is rebuilt with the
-    per-analyst key at start, keeping its sessions; then a squatter no longer locks anyone out."""
+    """A database whose sessions table makes T_0 unique across analysts is rebuilt with the
+    per-analyst key at start, keeping its sessions; then a squatter locks nobody out."""
     import sqlite3
 
     from petlab.server.controller.session_store import SessionStore

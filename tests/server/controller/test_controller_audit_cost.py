@@ -1,13 +1,13 @@
-"""Issue 30, point 3: the audit's cost stays bounded when one person releases many fine-grained
-analyses, through the gRPC API on the shipped 5,000-record sample.
+"""The audit's cost stays bounded when one person releases many fine-grained analyses, through the
+gRPC API on the shipped 5,000-record sample.
 
 The attack: one person releases a hundred distinct counts over age ranges (each splits the records
-no finer than the age codes, so their rank is at most the codes') and repeats a table. Before
-issue 30 every repeat added its rows to the history, and every later decision rebuilt the audit
-from all released rows (a left null space of an m x m matrix): the next person waited on work that
-grew with the rows squared. Now a repeat adds nothing, and the audit keeps a
-reduced basis (rank x atoms, ``reduced_basis``) that a new analysis's own rows are reduced against:
-another person's count reads only its own rows, whatever the history holds.
+no finer than the age codes, so their rank is at most the codes') and repeats a table. If every
+repeat added its rows to the history, and every later decision rebuilt the audit from all released
+rows (a left null space of an m x m matrix), the next person would wait on work that grows with the
+rows squared. A repeat adds nothing, and the audit keeps a reduced basis (rank x atoms,
+``reduced_basis``) that a new analysis's own rows are reduced against: another person's count
+reads only its own rows, whatever the history holds.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Issue 22's attacks, through the gRPC API and the command line, on the shipped 5,000-record ACS
-sample. Each recovered a real record's value (or a small group's count and sum) from the controller
-before issue 22. Each test runs the attack against the controller as it is (refused) and again with
-the one protection it targets switched off (monkeypatched back to the old behaviour), where the
-attacker's arithmetic, in exact rationals, recovers the confidential figure: so every test fails if
-its protection is removed.
+"""Attacks by colluding keys and persons, through the gRPC API and the command line, on the shipped
+5,000-record ACS sample. Each recovers a real record's value (or a small group's count and sum)
+from a controller without one of its protections. Each test runs the attack against the
+controller as it is (refused) and again with the one protection it targets switched off
+(monkeypatched), where the attacker's arithmetic, in exact rationals, recovers the confidential
+figure: so every test fails if its protection is removed.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_regression_coefficients_are_means(server, channel, monkeypatch):
     """OLS of hpw on sex over S = {v0, v1} gives intercept + slope = the men's mean; S's men are
     those of v0 plus the one man of v1; a mean over v0's men then isolates him (two analyses). The
     regression is audited as what it reveals (each level's subgroup), so it is refused; audited as
-    its query set S alone (the code before issue 22), it is answered."""
+    its query set S alone, it is answered."""
     column, single, common, target = _one_man_value()
     men_of_common = mean({column: {"eq": common}, "sex": {"eq": 1}})
     regression = {
@@ -137,7 +137,7 @@ def test_regression_coefficients_are_means(server, channel, monkeypatch):
 
 
 def float_svd_audit(masks: np.ndarray) -> int:
-    """The audit before issue 22 (``QuerySetControl.isolated_record``): records whose indicator's
+    """An audit in floating point (``QuerySetControl.isolated_record``): records whose indicator's
     squared norm in an SVD basis of the released sets, truncated at a relative cut-off, is 1."""
     rows = masks.astype(np.float64)
     _, singular, vt = np.linalg.svd(rows, full_matrices=False)
@@ -214,7 +214,7 @@ def test_an_ill_conditioned_family_does_not_defeat_the_audit(server, channel, mo
         return Finding("a record is exposed", 1) if float_svd_audit(rows) else None
 
     monkeypatch.setattr(ReleaseAudit, "check", old_audit)
-    monkeypatch.setattr(server.controller.history, "regions", False)  # issue 30's audit refuses it too
+    monkeypatch.setattr(server.controller.history, "regions", False)  # the region audit refuses it too
     results[57] = outcomes(channel, specs[57:])[0]  # the first 57 are released (to anyone) already
     assert results[57] is not None
     columns, atom_of = np.unique(masks.T.astype(int), axis=0, return_inverse=True)  # the atoms
@@ -286,7 +286,7 @@ def test_equal_counts_do_not_show_a_shared_value(server, channel, monkeypatch):
     first, second = outcomes(channel, specs)
     assert first is not None and second is None
     monkeypatch.setattr(ReleaseHistory, "_empty_cell", lambda self, rows: None)
-    monkeypatch.setattr(server.controller.history, "regions", False)  # issue 30's audit refuses it too
+    monkeypatch.setattr(server.controller.history, "regions", False)  # the region audit refuses it too
     first, second = outcomes(channel, specs)
     assert first["count"] == second["count"]  # the whole occupation shares one sex
 
@@ -362,8 +362,8 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
     """Seven one-analysis probes, each from a fresh key certified for the same person, binary-search
     one person's hours. Refusals are counted per person: with a cool-down the second probe after a
     refusal is not even opened; without one, the third refusal suspends the person
-    (PERMISSION_DENIED) until the data owner lifts it. Keys as persons (before issue 22): the
-    search ends with the exact hours."""
+    (PERMISSION_DENIED) until the data owner lifts it. Keys as persons, without the coalition rule:
+    the search ends with the exact hours."""
     target = int(DATA.index[(DATA.hpw == 2) & DATA.age.between(30, 60)][0])
     authority = Ed25519PrivateKey.generate()
     public = tmp_path / "authority.pub.pem"
@@ -404,7 +404,7 @@ def test_refusal_probes_from_fresh_keys_of_one_person(serve, tmp_path, monkeypat
 
 
 def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
-    """Two keys on the allow-list for one person: the second session closes the first; a refusal
+    """Two keys on the allow-list for one person: opening a session closes the open one; a refusal
     closes the person's sessions and starts the cool-down; a suspension by the data owner stops an
     open session at its next step; the daily quota is checked at every step too."""
     first, second, third = (Ed25519PrivateKey.generate() for _ in range(3))
@@ -430,7 +430,7 @@ def test_one_open_session_per_person_checked_at_every_next(serve, tmp_path):
         early_session = open_session(stub, early)
         assert reveal(stub, early_session, early, 1).WhichOneof("outcome") == "result_json"
         later = prepare([{"type": "count", "where": {"age": {"eq": 27}, "occ": {"eq": 1}}}], second)
-        later_session = open_session(stub, later)  # the same person: the earlier session closes
+        later_session = open_session(stub, later)  # the same person: the earlier one closes
         assert status_of(reveal, stub, early_session, early, 2) == grpc.StatusCode.FAILED_PRECONDITION
         assert reveal(stub, later_session, later, 1).abort_reason  # withheld: the cool-down starts
         assert status_of(open_session, stub, prepare([count], first)) == grpc.StatusCode.FAILED_PRECONDITION
@@ -492,22 +492,22 @@ def test_the_example_sequences_still_release(channel):
     assert len(results) == len(specs["analyses"]) and None not in results
 
 
-# ---------------------------------------------------------------- 9. sums that are counts (red-22)
+# ---------------------------------------------------------------- 9. sums that are counts
 #
 # A sum of a column over S is not only "S's sum": where the column takes few values, it is a count
 # of a finer set the audit never saw (the mean of sex over S is 1 + the share of women in S), and a
-# set defined by the column's value pins the column on it. Each attack below was answered, in one or
-# two analyses, while the audit held only the query set 1_S; it is refused now that a sum of y over
+# set defined by the column's value pins the column on it. Each attack below is answered, in one or
+# two analyses, by an audit that holds only the query set 1_S; it is refused because a sum of y over
 # S is audited as the weighted functional y . 1_S as well.
 
 
 _every_functional = release_history.released_functionals
 
 
-def before_red22(server, monkeypatch) -> None:
-    """Switch the protection off: a fresh, empty history, and the functionals released before red-22
-    (query sets, each quantile's query set without its sides, and regressions' numeric predictors,
-    never a sum's value weights)."""
+def without_sums_as_counts(server, monkeypatch) -> None:
+    """Switch the protection off: a fresh, empty history, and the functionals released without the
+    sums-as-counts rule (query sets, each quantile's query set without its sides, and regressions'
+    numeric predictors, never a sum's value weights)."""
 
     def functionals(evaluated):
         rows = _every_functional(evaluated)
@@ -537,7 +537,7 @@ def test_a_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypatch):
     occupation, women = _occupation_with_few_women()
     spec = {"type": "mean", "column": "sex", "where": {"occ": {"eq": occupation}}}
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (result,) = outcomes(channel, [spec])
     assert total(result) - result["n"] == women < 10
 
@@ -549,7 +549,7 @@ def test_a_mean_over_two_values_counts_the_rarer(server, channel, monkeypatch):
     hours = next(h for h in sorted(held.index) if held[h] >= 20 and 0 < held.get(h + 1, 0) < 10)
     spec = mean({"hpw": {"between": [int(hours), int(hours) + 1]}})
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (result,) = outcomes(channel, [spec])
     assert total(result) - hours * result["n"] == held[hours + 1] < 10
 
@@ -569,7 +569,7 @@ def test_a_cell_mean_of_a_two_valued_column_is_a_count(server, channel, monkeypa
     means = {"type": "magnitude", "rows": "incc", "value": "sex", "statistic": "mean", "where": where}
     first, second = outcomes(channel, [counts, means])
     assert first is not None and second is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     first, second = outcomes(channel, [counts, means])
     level = str(int(small.index[0]))
     n = first["cells"][level]
@@ -591,7 +591,7 @@ def test_a_regression_with_a_two_valued_outcome_counts_a_subgroup(server, channe
         "where": {"occ": {"eq": occupation}},
     }
     assert outcomes(channel, [spec]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (fit,) = outcomes(channel, [spec])
     coefficients = fit["coefficients"]
     class_mean = Fraction(coefficients["intercept"]) + sex * Fraction(coefficients["sex"])
@@ -614,7 +614,7 @@ def test_one_record_s_income_class_from_a_mean_and_a_count(server, channel, monk
     }
     assert outcomes(channel, [whole])[0] is not None
     assert outcomes(channel, [without]) == [None]
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     (a,), (b,) = outcomes(channel, [whole]), outcomes(channel, [without])
     with_high = total(a) - a["n"]  # records of S with class 2
     in_class = with_high if high == 2 else a["n"] - with_high
@@ -652,7 +652,7 @@ def test_an_interpolated_quantile_is_a_count(server, channel, monkeypatch):
     rest = {"type": "count", "where": {**in_range, "occ": {"ne": occupation}, "incc": {"eq": 1}}}
     first, second = outcomes(channel, [quantile, rest])
     assert first is not None and 1 < first["quantiles"][0] < 2 and second is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     first, second = outcomes(channel, [quantile, rest])
     group = DATA[DATA[column].between(low, high) & (DATA.occ == occupation)]
     ones = int((first["n"] - 1) * p) + 1
@@ -698,7 +698,7 @@ def test_two_discrete_predictors_reveal_a_cross_cell(server, channel, monkeypatc
     specs.append({"type": "regression", "outcome": "hpw", "predictors": [first, second], "where": where})
     results = outcomes(channel, specs)
     assert None not in results[:-1] and results[-1] is None
-    before_red22(server, monkeypatch)
+    without_sums_as_counts(server, monkeypatch)
     results = outcomes(channel, specs)
     assert None not in results
     coefficients = {k: Fraction(v) for k, v in results[-1]["coefficients"].items()}

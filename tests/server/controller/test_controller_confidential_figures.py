@@ -61,7 +61,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
     """Describe published SHA-256 of the data file. An analyst who knows every record but one (the
     neighbour of differential privacy's threat model) hashes the file with each candidate value of
     the missing one and finds it: one record's hours read off Describe with no analysis run. The
-    digest is now keyed with a secret kept owner-only in the data directory: stable across
+    digest is keyed with a secret kept owner-only in the data directory: stable across
     restarts (a co-signature stays valid), different for a changed file, and no guess matches."""
     lines = acs_sample_path().read_bytes().split(b"\n")
     header = lines[0].split(b",")
@@ -80,7 +80,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
     candidates = range(0, 100)
     matches = [h for h in candidates if hashlib.sha256(file_with(h)).hexdigest() == published]
     assert file_with(int(fields[hpw])) == acs_sample_path().read_bytes()  # the guess is well formed
-    assert matches == []  # before: [40], the record's hours
+    assert matches == []  # with the plain SHA-256: [40], the record's hours
     with serve(tmp_path, **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
         assert describe(channel)["dataset_sha256"] == published  # stable for the same data directory
     changed = tmp_path / "changed.csv"
@@ -97,7 +97,7 @@ def test_describe_does_not_let_an_analyst_confirm_a_guessed_record(serve, tmp_pa
 def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(serve, tmp_path, caplog):
     """After a change of rules, the server checks whether the history already determines a group
     below the new threshold: a bit computed from the records (how many fall in the released
-    sets). It went to the ordinary log; it now goes to the confidential diagnostics."""
+    sets). It goes to the confidential diagnostics, never to the ordinary log."""
     youngest = int((DATA.age == DATA.age.min()).sum())
     assert 10 <= youngest < 50  # released under acro's threshold 10, below a threshold of 50
     settings = {"analysis_data": acs_sample_path(), "open_analysis": True, "analysis_cooldown_seconds": 0}
@@ -116,10 +116,10 @@ def test_a_history_that_already_discloses_is_told_in_the_confidential_file_only(
 def test_a_numerical_failure_on_the_records_is_a_counted_refusal_that_names_nothing(
     serve, tmp_path, caplog, column
 ):
-    """A regression whose predictor holds an infinite value made numpy raise LinAlgError ("SVD did
-    not converge"), a ValueError: the analyst got numpy's message and the refusal was not counted,
-    so free probes located the record (the failure happens exactly when the set contains it). It is
-    now the generic abort, counted against the person, its message in the confidential file."""
+    """Attack: a regression whose predictor holds an infinite value makes numpy raise LinAlgError
+    ("SVD did not converge"), a ValueError; were numpy's message shown and the refusal not counted,
+    free probes would locate the record (the failure happens exactly when the set contains it). It
+    is the generic abort, counted against the person, its message in the confidential file."""
     data = DATA.astype({"hpw": float}).copy()
     data.loc[7, "hpw"] = np.inf
     path = tmp_path / "with-inf.csv"

@@ -1,4 +1,5 @@
-"""An attacker's reconstruction against the controller's release decisions (issues 14 and 22).
+"""An attacker's reconstruction against the controller's release decisions: one analyst, then a
+coalition.
 
 Hypothesis draws a small random data set and a random sequence of analyses (counts, means, one- and
 two-way frequency and magnitude tables, each under a random ``where``). Every analysis goes through
@@ -15,7 +16,7 @@ controller's audit (which works modulo random primes). No record may be determin
 Without the history audit hypothesis found a sequence that exposes a record; it is kept as an
 explicit example (``test_the_attack_finds_leaks_without_the_audit``), so the main test can fail.
 
-Issue 22 (the second half of this file): a coalition of two identities, whose releases the attacker
+The second half of this file: a coalition of two identities, whose releases the attacker
 pools, draws regressions (a binary predictor: intercept and slope are the two subgroup means),
 ill-conditioned families of means over unions of levels in a triangular pattern, and the usual
 analyses, on data sets of 40 to 60 records under the default threshold t = 10; the attacker asks, in
@@ -191,10 +192,10 @@ def test_no_record_can_be_solved_from_what_is_released(data, specs):
 
 
 def test_the_attack_finds_leaks_without_the_audit(monkeypatch):
-    """Pairwise query-set control alone (the code before issue 14) releases the sequence above, and
-    the attacker's algebra then solves record 29's value; with the audit nothing is determined. (Its
-    cells' values are all 1, a shared value that issue 22's zero-cell rule refuses by itself, so
-    that rule is switched off too, to show the audit alone stops the attack.)"""
+    """Pairwise query-set control alone releases the sequence above, and the attacker's algebra then
+    solves record 29's value; with the audit nothing is determined. (Its cells' values are all 1, a
+    shared value that the shared-values rule refuses by itself, so that rule is switched off too,
+    to show the audit alone stops the attack.)"""
     data, specs = _found_by_hypothesis()
     without_shared_values = dataclasses.replace(RULES, shared_values_disclosive=False)
     assert not determined_records(released_equations(data, specs)[0], len(data))
@@ -205,7 +206,7 @@ def test_the_attack_finds_leaks_without_the_audit(monkeypatch):
     assert round(sums[0] - sums[1] - sums[2], 9) == 7  # the victim's value, read off the released figures
 
 
-# ---------------------------------------------------------------- issue 22: a coalition, groups
+# ---------------------------------------------------------------- a coalition, groups
 
 LEVELS = {"a": 3, "b": 2, "c": 4, "g": 8, "x": 2}
 COALITION_RULES = Rules()  # the defaults: t = 10, so groups of 1 to 9 records are protected
@@ -284,10 +285,10 @@ def coalition_releases(
     data: pd.DataFrame, steps: list[tuple[str, dict]], per_identity: bool = False
 ) -> tuple[list[np.ndarray], list[Fraction]]:
     """Each identity's analyses through the controller's decision (one history for everyone, or,
-    ``per_identity``, one each: the code before issue 22); the coalition pools what was released as
-    (set, sum) equations. A regression on a binary predictor x releases the two subgroup means
-    intercept + slope * level; the attacker is granted the subgroups' sizes (from a table, or
-    background knowledge)."""
+    ``per_identity``, one each: keys as persons, without the coalition rule); the coalition pools
+    what was released as (set, sum) equations. A regression on a binary predictor x releases the
+    two subgroup means intercept + slope * level; the attacker is granted the subgroups' sizes
+    (from a table, or background knowledge)."""
     histories: dict[str, ReleaseHistory] = {}
     rows, sums = [], []
     for who, spec in steps:
@@ -363,7 +364,7 @@ def _sum(vectors) -> tuple[int, ...]:
 
 
 def _coalition_example(kind: str) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
-    """Explicit sequences, one per protection of issue 22 (each leaks with it switched off)."""
+    """Explicit sequences, one per protection against a coalition (each leaks with it switched off)."""
     rng = np.random.default_rng(7)
     n = 60
     data = pd.DataFrame({name: rng.integers(0, levels, size=n) for name, levels in LEVELS.items()})

@@ -209,10 +209,10 @@ def test_the_embedded_cluster_listens_on_loopback_only(local_cluster):
 
 
 def test_the_embedded_cluster_runs_nothing_for_a_stranger(local_cluster):
-    """Red team: Dask runs any pickled function a connected client submits. The embedded cluster
-    listened in plain TCP on loopback, so any local user could connect and run code as the data
-    owner (measured: a plain ``Client(address)`` ran ``os.getcwd`` on a worker). Its connections are
-    now mutual TLS under its own key pair: a client without it, plain or with another key pair, is
+    """Attack: Dask runs any pickled function a connected client submits. Were the embedded cluster
+    to listen in plain TCP on loopback, any local user could connect and run code as the data
+    owner (a plain ``Client(address)`` running ``os.getcwd`` on a worker). Its connections are
+    mutual TLS under its own key pair: a client without it, plain or with another key pair, is
     not let in."""
     from distributed import Client
     from distributed.security import Security

@@ -155,7 +155,7 @@ def test_public_info_hides_n_k_and_training_data(tiny_model):
     assert "n" not in info and "k" not in info
 
 
-# ------------------------------------------------------------------ cache integrity (issue 15)
+# ------------------------------------------------------------------ cache integrity
 
 
 class _Recompiled(Exception):

@@ -1,9 +1,9 @@
-"""A foreign key set is refused, never run (issue 23), through ``petlab-server serve`` as a real
+"""A foreign key set is refused, never run, through ``petlab-server serve`` as a real
 process (Iris, n = 6, the fast circuit, with the analysis controller).
 
-The attacks the issue reproduced: evaluation keys that deserialize but belong to another circuit,
-uploaded for ``iris`` with a valid warm-up query encrypted under iris's own client specs, used to
-kill the process (SIGSEGV) and the controller with it. Here real keys of another n (Iris, n = 10)
+The attacks: evaluation keys that deserialize but belong to another circuit, uploaded for
+``iris`` with a valid warm-up query encrypted under iris's own client specs, would kill the
+process (SIGSEGV) and the controller with it were they run. Here real keys of another n (Iris, n = 10)
 and of another data set (Wine) are uploaded, as they are and padded to the model's expected size;
 queries whose payload is cut into blobs other than concrete's own (which kill concrete as well) are
 sent; and another circuit's keys are planted in the key store before the server starts (it
@@ -197,7 +197,7 @@ def test_foreign_keys_planted_in_the_store_are_dropped_at_start(server, planted,
 
 
 def test_pointers_the_schema_does_not_list_are_never_stored(server, own, with_unlisted_pointer):
-    """Red team: a key set with a root pointer concrete's schema does not list (concrete copies it
+    """Attack: a key set with a root pointer concrete's schema does not list (concrete copies it
     as it reads; 8,000 such pointers aliasing the 20 MB bootstrap key fit the upload margin and
     would cost it 160 GB) is stored, and parsed, as the genuine key set exactly."""
     keys = own.evaluation_keys_bytes()

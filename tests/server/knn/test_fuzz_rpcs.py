@@ -1,5 +1,5 @@
-"""Hypothesis fuzzing of every RPC of every service the server exposes (issue 15, item 7). The
-methods are read from the services' descriptors (issue 23), so a new RPC is fuzzed without an edit.
+"""Hypothesis fuzzing of every RPC of every service the server exposes. The
+methods are read from the services' descriptors, so a new RPC is fuzzed without an edit.
 
 Each RPC gets random bytes and mutations (bit flips, truncations, insertions) of a valid request
 of its own, sent raw over a real loopback channel. Every answer must be OK or a status the
@@ -263,8 +263,8 @@ def test_every_answer_is_a_documented_status(channel, valid, path):
 
 
 def test_undecodable_request_is_invalid_argument(channel):
-    """The case the fuzzing found first: a string field that is not UTF-8 used to get gRPC's
-    INTERNAL "Exception deserializing request!"."""
+    """A string field that is not UTF-8 is INVALID_ARGUMENT, not gRPC's INTERNAL "Exception
+    deserializing request!"."""
     not_utf8 = b"\x0a\x02\xff\xfe"  # field 1 (model), length 2, invalid UTF-8
     for path in ("/petlab.knn.v1.KnnService/GetClientSpecs", "/grpc.health.v1.Health/Check"):
         assert call_raw(channel, path, [not_utf8]) == grpc.StatusCode.INVALID_ARGUMENT
@@ -276,8 +276,8 @@ def test_undecodable_request_is_invalid_argument(channel):
 
 
 def test_a_public_key_of_an_unknown_algorithm_is_invalid_argument(channel):
-    """Found by the fuzzing (issue 23): a PEM whose algorithm identifier cryptography does not know
-    (one bit flipped in an Ed25519 key) raised UnsupportedAlgorithm, not ValueError: UNKNOWN."""
+    """A PEM whose algorithm identifier cryptography does not know (one bit flipped in an Ed25519
+    key) raises UnsupportedAlgorithm, not ValueError: it must be INVALID_ARGUMENT, not UNKNOWN."""
     pem = (
         b"-----BEGIN PUBLIC KEY-----\nMCowBQYDk2VwAyEA/u2LDHM+qngFcHRFISGBPjpqDrnVv1bxXXzxnFJR6pI=\n"
         b"-----END PUBLIC KEY-----\n"

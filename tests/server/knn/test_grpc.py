@@ -297,9 +297,9 @@ def _last_used(running, key_id: str) -> float:
 def test_only_a_successful_evaluation_keeps_keys_alive_and_results_are_returned_as_computed(
     channel, running, iris_prepared, recut
 ):
-    """Attack on the store's fairness: cheap invalid calls naming a key id used to mark the key
-    used (``touch`` ran before the query was parsed) and kept it alive for ever. Only a successful
-    evaluation moves its last-used time now.
+    """Attack on the store's fairness: cheap invalid calls naming a key id would keep the key
+    alive for ever were it marked used before the query is parsed. Only a successful evaluation
+    moves its last-used time.
 
     Circuit privacy (threat-models.md): the result is returned as concrete computed it, not re-randomised.
     The same query gives byte-identical results: a deterministic function of the query, the
@@ -443,7 +443,7 @@ def test_paillier_baseline_is_off_by_default(serve, tmp_path, hosted):
 )
 def test_client_validates_inputs_before_making_keys(running, tmp_path, capsys, rows, says):
     """Bad input is one line on stderr and exit status 2, before any key is generated or uploaded
-    (it used to generate and upload hundreds of MB first, or print a traceback)."""
+    (not hundreds of MB generated and uploaded first, nor a traceback)."""
     from petlab.client.main import main as client_main
 
     cache = tmp_path / "cache"
@@ -467,8 +467,8 @@ def test_client_validates_inputs_before_making_keys(running, tmp_path, capsys, r
 
 
 def test_idle_uploads_cannot_freeze_the_server(serve, tmp_path, hosted):
-    """Attack: 8 RegisterKeys streams that never send a chunk used to hold all 8 worker threads,
-    so every other call waited for its deadline. Now at most ``upload_slots`` uploads run (the
+    """Attack: 8 RegisterKeys streams that never send a chunk, to hold every worker so that every
+    other call waits for its deadline. At most ``upload_slots`` uploads run (the
     rest are refused at once), an idle one is cancelled after ``first_chunk_seconds``, and cheap
     calls answer throughout."""
     from petlab.server.common.admission import ServiceLimits

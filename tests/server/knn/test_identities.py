@@ -1,5 +1,5 @@
 """Caller identities (bearer tokens, client certificates) and per-owner quotas through real gRPC
-on loopback (issue 15, item 2). Keys are planted in the server's store directly: these tests are
+on loopback. Keys are planted in the server's store directly: these tests are
 about who may use and evict what, not about key generation."""
 
 from __future__ import annotations
@@ -265,9 +265,9 @@ def recording_proxy(monkeypatch):
 
 
 def test_a_token_to_loopback_never_goes_through_a_proxy(serve, hosted, tmp_path, recording_proxy, capsys):
-    """Attack (red team): with a proxy in the environment, as on many company machines, gRPC
-    tunnelled the "loopback" plaintext channel through it (``CONNECT 127.0.0.1:PORT``): the proxy
-    read the token and answered from its own loopback. The channel now goes to this machine."""
+    """Attack: with a proxy in the environment, as on many company machines, gRPC tunnels a
+    "loopback" plaintext channel through it (``CONNECT 127.0.0.1:PORT``): the proxy would read the
+    token and answer from its own loopback. The channel goes to this machine."""
     with serve(tmp_path / "data", hosted, tokens=tokens_file(tmp_path)) as running:
         status = client_main(["models", "--server", f"127.0.0.1:{running.port}", "--token", BOB])
     assert recording_proxy == []  # before: the whole HTTP/2 stream, token headers included
@@ -276,8 +276,8 @@ def test_a_token_to_loopback_never_goes_through_a_proxy(serve, hosted, tmp_path,
 
 @pytest.mark.parametrize("given", ["--tls-key", "--tls-cert"])
 def test_client_certificate_paths_never_fall_back_to_plaintext(given, tmp_path, no_plaintext_channel, capsys):
-    """A client key without its certificate (or the reverse) used to be dropped for a plaintext
-    channel; now both programs refuse with exit 2."""
+    """A client key without its certificate (or the reverse) is never dropped for a plaintext
+    channel: both programs refuse with exit 2."""
     path = tmp_path / "credential.pem"
     path.write_text("not read")
     assert analyst_main(["describe", "--server", "127.0.0.1:1", given, str(path)]) == 2

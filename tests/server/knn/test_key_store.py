@@ -119,8 +119,8 @@ def test_restart_cleans_orphans(tmp_path):
 
 
 def test_unverified_upload_never_evicts_other_keys(tmp_path):
-    """Attack: junk announcing the whole cap used to push every stored key out (LRU) before it was
-    found not to be keys. Now eviction waits for the caller's verification."""
+    """Attack: junk announcing the whole cap, to push every stored key out (LRU) before it is found
+    not to be keys. Eviction waits for the caller's verification."""
     store = KeyStore(tmp_path, max_bytes=100, idle_seconds=1e6)
     victim = upload(store, b"v" * 60)
     junk = b"\0" * 100
@@ -180,7 +180,7 @@ def test_staging_bytes_count_against_the_cap(tmp_path):
     assert again.size == 70
 
 
-# ------------------------------------------------------------------ owners and quotas (issue 15)
+# ------------------------------------------------------------------ owners and quotas
 
 
 def put_as(store, owner: str, data: bytes, verify=lambda path: None):
@@ -278,9 +278,9 @@ def test_an_existing_directory_others_can_write_is_refused(tmp_path, mode):
 
 
 def test_warmup_files_never_follow_a_planted_link(tmp_path):
-    """Attack by another local user (or anything that can write there): a link planted under the
-    staging name the warm-up store used to write (``<key_id>.tmp``, opened with O_TRUNC) made the
-    server overwrite the link's target. Staging files now have fresh random names (mkstemp:
+    """Attack by another local user (or anything that can write there): a link planted under a
+    predictable staging name (``<key_id>.tmp``, opened with O_TRUNC) would make the server
+    overwrite the link's target. Staging files have fresh random names (mkstemp:
     O_CREAT | O_EXCL | O_NOFOLLOW) and a link at the final name is replaced, not written through
     nor read."""
     store = WarmupStore(tmp_path / "warmup")

@@ -1,4 +1,4 @@
-"""ModelInfo publishes public bounds only, never the training set's own extremes (issue 15, item 4)."""
+"""ModelInfo publishes public bounds only, never the training set's own extremes."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def _csv(tmp_path, rng) -> tuple:
 
 
 def test_csv_model_publishes_the_bounds_file_not_its_training_extremes(tmp_path):
-    """Attack: ModelInfo's feature_lows/highs were the training set's exact per-feature minima and
-    maxima, each typically one person's value. A CSV model now needs a public bounds file, and
-    that is what is published."""
+    """Attack: were ModelInfo's feature_lows/highs the training set's exact per-feature minima and
+    maxima, each would typically be one person's value. A CSV model needs a public bounds file,
+    and that is what is published."""
     path, features = _csv(tmp_path, np.random.default_rng(3))
     settings = KnnSettings(n=4, k=1, algorithm="fast")
     options = ServerOptions(data_dir=tmp_path / "srv", models=[f"owner={path}"], settings=settings)

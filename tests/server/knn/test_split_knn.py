@@ -1,4 +1,4 @@
-"""One query over many workers (issue 25): the thermo (default, one pass) and fast (two passes)
+"""One query over many workers: the thermo (default, one pass) and fast (two passes)
 families split over P partitions of their training sets. Each split's clear reference against a
 sort (ties included) and the unsplit reference on every data set, the stage graph's checks, the
 compiled modules (simulated) against the reference with their PBS against the cost model, and real
@@ -457,7 +457,7 @@ def split_hosting(run_share):
 def test_hostile_calls_to_a_split_model_are_refused_and_genuine_ones_answered(
     serve, split_hosting, keyed_model, recut, tmp_path, request, where
 ):
-    """Where issues 23 and 25 meet: a split model (``--partitions 2`` in process, and on a
+    """Where the wire checks and the split meet: a split model (``--partitions 2`` in process, and on a
     LocalCluster of 2 workers) served to hostile callers. Key sets of another partition count
     (whole, P = 3) and of another data set, as sent and cut or padded to the model's size; warm-up
     queries and queries re-cut, of another model, of garbage, too large, or laid out as a stage's
@@ -618,9 +618,9 @@ running.stop(grace=0)
 def test_a_broken_pipe_after_an_in_process_evaluation_is_an_error_not_a_crash(tmp_path):
     """concrete's runtime (HPX) installs its own SIGPIPE handler the first time it runs a circuit,
     replacing Python's SIG_IGN: from then on a write to a peer that has gone (a log pipe, a Dask
-    TLS connection) kills the process by SIGSEGV instead of raising ``BrokenPipeError`` (found by
-    the red team: the test process died as a LocalCluster connection closed after an in-process
-    split evaluation). The server starts the runtime itself, then ignores SIGPIPE again."""
+    TLS connection) kills the process by SIGSEGV instead of raising ``BrokenPipeError`` (the test
+    process would die as a LocalCluster connection closed after an in-process split evaluation).
+    The server starts the runtime itself, then ignores SIGPIPE again."""
     import subprocess
     import sys
     from pathlib import Path
