@@ -31,7 +31,7 @@ LONG_FUNCTIONS: dict[str, str] = {
     "server/app.py::build_services": SPLIT_IN_OPTIONS,
     "server/knn/key_store.py::KeyStore.put": SPLIT_IN_OPTIONS,
     "server/controller/analyses.py::_table": CONTROLLER,
-    "experiments/audit_incremental.py::bench_incremental": CONTROLLER,
+    "server/controller/service.py::ControllerServicer._step": CONTROLLER,
     "client/main.py::run": ERRORS,
     "client/parameter_check.py::check_security": ERRORS,
     "crypto/knn/model.py::build_model": BUDGET,
