@@ -90,8 +90,8 @@ def bench_knn_config(
 ) -> dict:
     spec = ClusterSpec(local_workers=workers) if workers else ClusterSpec()
     n = hosted["iris"].model.plan.n
-    options = ServerOptions(
-        data_dir=scratch / f"server-n{n}-{config}",  # keys of another n must not be prepared
+    options = ServerOptions.of(
+        scratch / f"server-n{n}-{config}",  # keys of another n must not be prepared
         models=[],
         port=0,
         cluster=spec,

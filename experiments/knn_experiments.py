@@ -154,9 +154,7 @@ def run_dataset(
         compiled = load_or_compile(model, model.circuit_config(), cache / "models")
         hosted[model.name] = HostedModel(model, compiled.server, dataset=name)
     with tempfile.TemporaryDirectory() as scratch:
-        options = ServerOptions(
-            data_dir=Path(scratch) / "server", models=[], port=0, enable_paillier_baseline=True
-        )
+        options = ServerOptions.of(Path(scratch) / "server", models=[], port=0, enable_paillier_baseline=True)
         running = start(options, hosted)
         try:
             wire = CallRecorder()

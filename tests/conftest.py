@@ -219,11 +219,11 @@ def recut() -> Callable[[bytes], bytes]:
 def serving(
     data_dir: Path, hosted: dict[str, HostedModel] | None = None, **options
 ) -> Iterator[RunningServer]:
-    """The one way the tests start a server: ``start(ServerOptions(...))`` on a free loopback port
+    """The one way the tests start a server: ``start(ServerOptions.of(...))`` on a free loopback port
     (``port=0``), no models unless given, stopped with a one-second grace on exit (stopping twice is
     harmless, so a test may stop it itself)."""
-    settings = {"data_dir": data_dir, "models": [], "port": 0, **options}
-    running = start(ServerOptions(**settings), hosted)
+    settings = {"models": [], "port": 0, **options}
+    running = start(ServerOptions.of(data_dir, **settings), hosted)
     try:
         yield running
     finally:

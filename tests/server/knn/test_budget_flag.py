@@ -33,7 +33,7 @@ def test_a_budget_that_is_not_a_probability_is_a_usage_error(value, capsys):
 def test_the_environment_default_is_validated_too(monkeypatch):
     monkeypatch.setenv("PETLAB_GLOBAL_P_ERROR", "0.001")
     options, _ = parse_args(SMALL)
-    assert options.settings.global_p_error == 0.001
+    assert options.knn.settings.global_p_error == 0.001
     monkeypatch.setenv("PETLAB_GLOBAL_P_ERROR", "2")
     with pytest.raises(BadInput, match="PETLAB_GLOBAL_P_ERROR"):
         parse_args(SMALL)
