@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -35,7 +36,6 @@ from petlab.experiments.liveness_peers import (
     ping_flood,
     probe,
     rapid_reset,
-    rss_bytes,
     silent_call,
     unread_unary_calls,
 )
@@ -48,6 +48,14 @@ SECONDS = 4.0  # each flood's length
 EXIT_BOUND = GRACE + 5.0
 
 pytestmark = pytest.mark.slow
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 @contextlib.contextmanager
