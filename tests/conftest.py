@@ -3,6 +3,7 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import threading
@@ -39,6 +40,23 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: Past pytest-timeout's limit (pyproject.toml): a hang that holds the interpreter's lock (a thread
+#: inside a C library, where pytest-timeout's own thread cannot run) still ends the test process.
+HANG_EXIT_SECONDS = 330
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """faulthandler's C thread, which needs no interpreter lock, dumps every thread's stack and
+    ends the process with status 1 if a test is still running after :data:`HANG_EXIT_SECONDS`
+    (under pytest-xdist the session reports the test as crashed and goes on with a new worker)."""
+    faulthandler.dump_traceback_later(HANG_EXIT_SECONDS, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
 
 # the longest a worker waits for another to compile a circuit and generate its keys
 SHARED_BUILD_TIMEOUT = 600
