@@ -77,15 +77,19 @@ docs-screenshots: docs
 # fill the cores, and OpenMP threads beside them only wait for a core or spin on tiny loops.
 PYTEST_WORKERS ?= 2
 PYTEST_OMP_THREADS ?= 1
+# Coverage ([tool.coverage] in pyproject.toml: the test processes and the Python processes they
+# start): the total is printed at the end and below `fail_under` fails the suite; the table per
+# file: `.venv/bin/coverage report` afterwards. `PYTEST_COVERAGE= make test` runs without it.
+PYTEST_COVERAGE ?= --cov --cov-report=
 CHECKS_LOG := $(VENV)/checks.log
 test: $(STAMP)
 	@nice -n 10 $(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(WRITE_BYTECODE) OMP_NUM_THREADS=$(PYTEST_OMP_THREADS) \
-		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40; \
+		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=40 $(PYTEST_COVERAGE); \
 	suite=$$?; wait $$checks; lint=$$?; \
 	echo "--- make lint docs (run beside the suite) ---"; cat $(CHECKS_LOG); \
 	echo "make test: suite exit $$suite, lint and docs exit $$lint"; \
 	test $$suite -eq 0 && test $$lint -eq 0
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache site
+	rm -rf $(VENV) .pytest_cache .ruff_cache .petlab-cache site .coverage .coverage.*

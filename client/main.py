@@ -235,25 +235,29 @@ def _main(args: argparse.Namespace) -> int:
         channel.close()
 
 
+def _list_models(channel, timeout: float) -> int:
+    """``petlab-client models``: each hosted model's public description and answer guarantee."""
+    from petlab.client.knn_client import answer_guarantee
+    from petlab.protos import knn_pb2, knn_pb2_grpc
+
+    models = knn_pb2_grpc.KnnServiceStub(channel).ListModels(knn_pb2.ListModelsRequest(), timeout=timeout)
+    for info in models.models:
+        print(
+            shown(
+                f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
+                f"classes {', '.join(info.class_names)}; {answer_guarantee(info)}"
+            )
+        )
+    return 0
+
+
 def run(args, channel, records: Records | None = None) -> int:
     from petlab.client.knn_client import KnnRemote, answer_guarantee, checked_class
     from petlab.client.paillier_client import cached_keypair, paillier_classify
     from petlab.progress import bar
-    from petlab.protos import knn_pb2, knn_pb2_grpc
 
     if args.command == "models":
-        for info in (
-            knn_pb2_grpc.KnnServiceStub(channel)
-            .ListModels(knn_pb2.ListModelsRequest(), timeout=args.timeout)
-            .models
-        ):
-            print(
-                shown(
-                    f"{info.name}: {info.algorithm or 'paper'} algorithm, d={info.d}, {info.bits} bits, "
-                    f"classes {', '.join(info.class_names)}; {answer_guarantee(info)}"
-                )
-            )
-        return 0
+        return _list_models(channel, args.timeout)
     remote = KnnRemote(channel, args.server, args.cache_dir, args.timeout, not args.quiet)
     info = _model_info(remote, args.model)
     rows = read_rows(args, info, records)  # every input checked before keys are made or uploaded

@@ -23,16 +23,22 @@ from __future__ import annotations
 import numpy as np
 from phe import paillier
 
+from petlab.errors import BadInput
+
 MIN_MODULUS_BITS = 2048
+
+
+class BadPaillierInput(BadInput, ValueError):
+    """A public key, ciphertext or index that the protocol refuses (INVALID_ARGUMENT on the server)."""
 
 
 def check_public_modulus(modulus: int) -> None:
     if modulus.bit_length() < MIN_MODULUS_BITS:
-        raise ValueError(
+        raise BadPaillierInput(
             f"the Paillier modulus has {modulus.bit_length()} bits; at least {MIN_MODULUS_BITS} are required"
         )
     if modulus % 2 == 0:
-        raise ValueError("the Paillier modulus must be odd (a product of two large primes)")
+        raise BadPaillierInput("the Paillier modulus must be odd (a product of two large primes)")
 
 
 def encrypted_distances(
@@ -42,11 +48,11 @@ def encrypted_distances(
     check_public_modulus(modulus)
     train = np.asarray(train, dtype=np.int64)
     if len(encrypted_levels) != train.shape[1]:
-        raise ValueError(f"expected {train.shape[1]} encrypted features, got {len(encrypted_levels)}")
+        raise BadPaillierInput(f"expected {train.shape[1]} encrypted features, got {len(encrypted_levels)}")
     square = modulus * modulus
     for value in (*encrypted_levels, encrypted_square_norm):
         if not 0 < value < square:
-            raise ValueError("a ciphertext lies outside [1, n²): it was not made with this public key")
+            raise BadPaillierInput("a ciphertext lies outside [1, n²): it was not made with this public key")
     distances = []
     for point in train:
         cross = 1
@@ -54,7 +60,10 @@ def encrypted_distances(
             if level:
                 cross = cross * pow(ciphertext, 2 * int(level), square) % square
         norm = (1 + int((point**2).sum()) * modulus) % square
-        inverse = pow(cross, -1, square)  # raises ValueError if not invertible (not a ciphertext)
+        try:
+            inverse = pow(cross, -1, square)
+        except ValueError as exc:  # not invertible: not a ciphertext
+            raise BadPaillierInput(str(exc)) from exc
         distances.append(encrypted_square_norm * norm % square * inverse % square)
     return distances
 
@@ -62,13 +71,13 @@ def encrypted_distances(
 def labels_for(indices: list[int], labels: np.ndarray, max_count: int) -> list[int]:
     """Server side of round 2, with the checks a server can make."""
     if not indices:
-        raise ValueError("ask for at least one index")
+        raise BadPaillierInput("ask for at least one index")
     if len(indices) > max_count:
-        raise ValueError(f"at most {max_count} labels may be asked for per query")
+        raise BadPaillierInput(f"at most {max_count} labels may be asked for per query")
     if len(set(indices)) != len(indices):
-        raise ValueError("indices must be distinct")
+        raise BadPaillierInput("indices must be distinct")
     if min(indices) < 0 or max(indices) >= len(labels):
-        raise ValueError(f"indices must lie in [0, {len(labels)})")
+        raise BadPaillierInput(f"indices must lie in [0, {len(labels)})")
     return [int(labels[i]) for i in indices]
 
 

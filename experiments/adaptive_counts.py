@@ -77,12 +77,17 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    out.with_suffix(".md").write_text(_markdown(rows, len(points), seed))
+    return 0
+
+
+def _markdown(rows: list[dict], real_points: int, seed: int) -> str:
     lines = [
         "# Adaptive synthesis: synthetic against real point counts",
         "",
         EVALUATION_NOTICE,
         "",
-        f"{len(points):,} real points (simulated commute data, seed {seed}); earthmover per real point.",
+        f"{real_points:,} real points (simulated commute data, seed {seed}); earthmover per real point.",
         "",
         "Total eps: the release's (eps, 0)-DP, neighbours one worker added or removed (cost objects).",
         "",
@@ -98,7 +103,7 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
             (
                 [
                     row["eps"],
-                    epsilon_text(float(row["total_eps"])),  # type: ignore[arg-type]
+                    epsilon_text(float(row["total_eps"])),
                     row["method"],
                     f"{row['leaves']:,}",
                     f"{row['synthetic']:,} / {row['real']:,}",
@@ -108,8 +113,7 @@ def run_counts(workers: int, seed: int, epsilons: list[float], out: Path) -> int
             ),
         ),
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -107,6 +107,40 @@ def float_svd_audit(history: ReleaseHistory, new_sets: list[np.ndarray]) -> floa
     return time.perf_counter() - start
 
 
+def _measured(check, *arguments):
+    """``check(*arguments)``, its seconds and the peak of Python and numpy allocations meanwhile."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    finding = check(*arguments)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return finding, seconds, peak
+
+
+def _outcome(finding) -> str:
+    if finding is None:
+        return "nothing determined"
+    if finding.group_size:
+        return f"a group of {finding.group_size} determined"
+    return "inconclusive (refuses)"
+
+
+def _grow(history: ReleaseHistory, rng: np.random.Generator, data: pd.DataFrame, domain, rows: int) -> list:
+    """Record the released rows of random analyses (deduplicated, as the server stores them)
+    until ``rows`` more are recorded; returns them."""
+    stored: list = []
+    while len(stored) < rows:
+        try:
+            evaluated = evaluate(random_spec(rng, data), data, domain)
+        except AnalysisError:
+            continue
+        fresh = history.fresh(released_functionals(evaluated))[: rows - len(stored)]
+        history.replay(fresh)
+        stored += fresh
+    return stored
+
+
 def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, baseline_max_gb: float):
     rng = np.random.default_rng(seed)
     history = ReleaseHistory(data)
@@ -127,18 +161,8 @@ def bench(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: int, bas
         reason = history.refusal(candidate)
         decision = time.perf_counter() - start
         functionals = [_functional(row) for row in released_functionals(candidate)]
-        tracemalloc.start()
-        start = time.perf_counter()
-        finding = history.audit.check(functionals)
-        seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        if finding is None:
-            outcome = "nothing determined"
-        elif finding.group_size:
-            outcome = f"a group of {finding.group_size} determined"
-        else:
-            outcome = "inconclusive (refuses)"
+        finding, seconds, peak = _measured(history.audit.check, functionals)
+        outcome = _outcome(finding)
         decided = "released" if reason is None else "refused: " + reason.split(":")[0]
         baseline_gb = (history.n_released + 1 + len(candidate.query_sets)) * len(data) * 8 / 2**30
         baseline = (
@@ -192,14 +216,7 @@ def bench_regions(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: 
     stored: list = []
     out = []
     for target in sizes:
-        while len(stored) < target:
-            try:
-                evaluated = evaluate(random_spec(rng, data), data, domain)
-            except AnalysisError:
-                continue
-            rows = history.fresh(released_functionals(evaluated))[: target - len(stored)]
-            history.replay(rows)
-            stored += rows
+        stored += _grow(history, rng, data, domain, target - len(stored))
         start = time.perf_counter()
         restarted = ReleaseHistory(data, domain=domain)
         restarted.replay(stored)
@@ -208,12 +225,7 @@ def bench_regions(data: pd.DataFrame, label: str, sizes: tuple[int, ...], seed: 
         rows = history.fresh(released_functionals(candidate))
         atoms = history.audit._refined([_functional(row) for row in rows])
         forms = [RegionForm(np.frombuffer(r.members, dtype=np.uint8), r.weight, r.definition) for r in rows]
-        tracemalloc.start()
-        start = time.perf_counter()
-        finding = history.region_audit.check(forms, atoms)
-        seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        finding, seconds, peak = _measured(history.region_audit.check, forms, atoms)
         on_records, on_cells = history.region_audit.ranks()
         row = {
             "data": label,

@@ -90,8 +90,8 @@ def bench_knn_config(
 ) -> dict:
     spec = ClusterSpec(local_workers=workers) if workers else ClusterSpec()
     n = hosted["iris"].model.plan.n
-    options = ServerOptions(
-        data_dir=scratch / f"server-n{n}-{config}",  # keys of another n must not be prepared
+    options = ServerOptions.of(
+        scratch / f"server-n{n}-{config}",  # keys of another n must not be prepared
         models=[],
         port=0,
         cluster=spec,
@@ -108,28 +108,9 @@ def bench_knn_config(
             prepared = [remote.prepare("iris") for remote in remotes]
             for remote, p in zip(remotes, prepared, strict=True):  # untimed: uploads, first runs
                 remote.classify(p, rows[0])
-            latencies: list[float] = []
-            answers: dict[tuple[int, int], int] = {}
-            lock = threading.Lock()
-
-            def work(c: int) -> None:
-                for q in range(queries_per_client):
-                    row = rows[(c * queries_per_client + q) % len(rows)]
-                    started = time.perf_counter()
-                    answer = remotes[c].classify(prepared[c], row)
-                    with lock:
-                        latencies.append(time.perf_counter() - started)
-                        answers[c, q] = answer
-
-            cpu_before = _evaluation_cpu(running)
-            started = time.perf_counter()
-            threads = [threading.Thread(target=work, args=(c,)) for c in range(clients)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            wall = time.perf_counter() - started
-            cpu = _evaluation_cpu(running) - cpu_before
+            latencies, answers, wall, cpu = _concurrent_queries(
+                running, remotes, prepared, rows, queries_per_client
+            )
     finally:
         running.stop(grace=1)
     model = hosted["iris"].model
@@ -153,6 +134,36 @@ def bench_knn_config(
         "cpu_s_per_query": round(cpu / total, 3),
         "correct": correct,
     }
+
+
+def _concurrent_queries(
+    running, remotes: list[KnnRemote], prepared: list, rows: np.ndarray, queries_per_client: int
+) -> tuple[list[float], dict[tuple[int, int], int], float, float]:
+    """Every client on its own thread, ``queries_per_client`` queries each: the latencies, the
+    answers by (client, query), the wall seconds and the evaluations' CPU seconds."""
+    latencies: list[float] = []
+    answers: dict[tuple[int, int], int] = {}
+    lock = threading.Lock()
+
+    def work(c: int) -> None:
+        for q in range(queries_per_client):
+            row = rows[(c * queries_per_client + q) % len(rows)]
+            started = time.perf_counter()
+            answer = remotes[c].classify(prepared[c], row)
+            with lock:
+                latencies.append(time.perf_counter() - started)
+                answers[c, q] = answer
+
+    cpu_before = _evaluation_cpu(running)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(len(remotes))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    cpu = _evaluation_cpu(running) - cpu_before
+    return latencies, answers, wall, cpu
 
 
 def _limits(clients: int):

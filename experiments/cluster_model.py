@@ -80,26 +80,7 @@ def knn_section(rows: list[dict], cores: int) -> list[str]:
             f"({row['throughput_qps'] / (cores / cpu) - 1:+.0%}); its own C = {own:.2f} s "
             f"({own / cpu - 1:+.0%})"
         )
-    deployed = max(at_largest.values(), key=lambda row: row["workers"])
-    c_worker, efficiency = deployed["cpu_s_per_query"], deployed["efficiency"]
-    rate = NATIONAL_QUERIES_PER_MINUTE / 60
-    needed = rate * c_worker / (efficiency * TARGET_UTILISATION)
-    lines += [
-        "",
-        f"Extrapolation, with the layout a cluster uses ({deployed['config']}: one single-threaded "
-        f"evaluation per core, C = {c_worker:.2f} CPU s, e = {efficiency:.2f}): "
-        f"{NATIONAL_QUERIES_PER_MINUTE} queries per minute = {rate:.1f} q/s at n = {largest} needs "
-        f"K = R C / (e u) = {rate:.1f} x {c_worker:.2f} / ({efficiency:.2f} x {TARGET_UTILISATION}) = "
-        f"{needed:.0f} cores: {math.ceil(needed)} single-core workers, or "
-        f"{math.ceil(needed / cores)} machines like this one ({cores} cores). The latency stays near "
-        "one evaluation on one core "
-        f"(p50 {deployed['p50_s']:.1f} s here); giving each evaluation more cores shortens it at some "
-        f"loss of efficiency (in-process: C = {cpu:.2f} s over {cores} cores). The cost grows about "
-        "linearly in n (docs/explanation/knn-circuits.md), and so do the cores. Each worker also holds the "
-        "evaluation keys of the clients it serves (19 MB compressed per client at n = 40, more once "
-        "prepared), so memory, not CPU, sets the worker count when clients far outnumber queries.",
-        "",
-    ]
+    lines += _knn_extrapolation(max(at_largest.values(), key=lambda row: row["workers"]), largest, cpu, cores)
     return lines
 
 
@@ -147,8 +128,41 @@ def onthemap_section(rows: list[dict]) -> list[str]:
         )
     pairs_per_job = max(r["od_pairs"] / r["od_workers"] for r in rows)
     national_pairs = NATIONAL_JOBS * pairs_per_job
+    lines += _national_lines(pairs_per_job, national_pairs, t0_c, a, b, clamped)
+    lines += memory_lines(rows, national_pairs)
+    return lines
+
+
+def _knn_extrapolation(deployed: dict, largest: int, cpu: float, cores: int) -> list[str]:
+    """The cores a national query rate needs, with the layout of the ``deployed`` row."""
+    c_worker, efficiency = deployed["cpu_s_per_query"], deployed["efficiency"]
+    rate = NATIONAL_QUERIES_PER_MINUTE / 60
+    needed = rate * c_worker / (efficiency * TARGET_UTILISATION)
+    return [
+        "",
+        f"Extrapolation, with the layout a cluster uses ({deployed['config']}: one single-threaded "
+        f"evaluation per core, C = {c_worker:.2f} CPU s, e = {efficiency:.2f}): "
+        f"{NATIONAL_QUERIES_PER_MINUTE} queries per minute = {rate:.1f} q/s at n = {largest} needs "
+        f"K = R C / (e u) = {rate:.1f} x {c_worker:.2f} / ({efficiency:.2f} x {TARGET_UTILISATION}) = "
+        f"{needed:.0f} cores: {math.ceil(needed)} single-core workers, or "
+        f"{math.ceil(needed / cores)} machines like this one ({cores} cores). The latency stays near "
+        "one evaluation on one core "
+        f"(p50 {deployed['p50_s']:.1f} s here); giving each evaluation more cores shortens it at some "
+        f"loss of efficiency (in-process: C = {cpu:.2f} s over {cores} cores). The cost grows about "
+        "linearly in n (docs/explanation/knn-circuits.md), and so do the cores. Each worker also holds the "
+        "evaluation keys of the clients it serves (19 MB compressed per client at n = 40, more once "
+        "prepared), so memory, not CPU, sets the worker count when clients far outnumber queries.",
+        "",
+    ]
+
+
+def _national_lines(
+    pairs_per_job: float, national_pairs: float, t0_c: float, a: float, b: float, clamped: bool
+) -> list[str]:
+    """The national release in one hour, from the fit: serial a and parallel b seconds per pair,
+    the cluster's start-up T0."""
     serial = t0_c + a * national_pairs
-    lines += [
+    lines = [
         "",
         f"National release: {NATIONAL_JOBS / 1e6:.0f} million jobs, ~{national_pairs / 1e6:.0f} million "
         f"O/D pairs at the measured {pairs_per_job:.2f} pairs per job, {NATIONAL_BLOCKS / 1e6:.0f} "
@@ -177,7 +191,6 @@ def onthemap_section(rows: list[dict]) -> list[str]:
             "density (the release's docstring: the cost grows with pairs and synthetic workers, not with "
             "domain sizes; untested beyond 1.5 million pairs)."
         )
-    lines += memory_lines(rows, national_pairs)
     return lines
 
 

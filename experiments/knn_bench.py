@@ -27,7 +27,7 @@ import argparse
 import csv
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -124,12 +124,7 @@ def bench_one(
         raise ValueError("n 'owner' needs the owner settings and the thermo family")
     train, test = load_bundled(dataset).split()
     columns = slice(None) if d is None else slice(0, d)
-    if isinstance(n, str):
-        settings = replace(owner_settings(dataset), k=k)
-    elif owner and algorithm == "thermo":
-        settings = replace(owner_settings(dataset), n=n, k=k)
-    else:
-        settings = KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
+    settings = _settings(n, k, bits, algorithm, dataset, owner)
     bounds = bundled_public_bounds(dataset) if d is None else None
     model = build_model(dataset, train.features[:, columns], train.labels, settings, public_bounds=bounds)
     config = config or model.circuit_config()  # the family's settings at the model's error budget
@@ -147,6 +142,42 @@ def bench_one(
             **_compiled_row(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
             **accuracy,
         }
+    run = _encrypted_run(circuit, model.d, levels, algorithm, bits, f"{algorithm} n={n} encrypted queries")
+    clear_times = [_timed(classify_clear, model.plan, query)[1] for query in levels]
+    return {
+        **_compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
+        **accuracy,
+        **run.fields,
+        "clear_median_s": round(float(np.median(clear_times)), 6),
+        "queries": len(levels),
+        "load_average": round(os.getloadavg()[0], 2),  # latencies mean little under a heavy load
+        "encrypted_equals_clear": run.answers == classify_clear(model.plan, levels).tolist(),
+    }
+
+
+def _settings(
+    n: int | str | None, k: int, bits: int, algorithm: str, dataset: str, owner: bool
+) -> KnnSettings:
+    """The settings :func:`bench_one` builds with (its docstring)."""
+    if isinstance(n, str):
+        return replace(owner_settings(dataset), k=k)
+    if owner and algorithm == "thermo":
+        return replace(owner_settings(dataset), n=n, k=k)
+    return KnnSettings(n=n, k=k, bits=bits, algorithm=algorithm)
+
+
+@dataclass(frozen=True)
+class _EncryptedRun:
+    fields: dict  # keys, bytes and latencies, as :func:`bench_one`'s row names them
+    answers: list[int]  # the decrypted class of every query
+
+
+def _encrypted_run(
+    circuit, d: int, levels: np.ndarray, algorithm: str, bits: int, desc: str
+) -> _EncryptedRun:
+    """A device's keys, then every query in ``levels`` encrypted, evaluated and decrypted: the
+    first on freshly deserialised keys (it pays their preparation), the rest on keys prepared by a
+    warm-up query, as registration does."""
     client = KnnClient(circuit.server.client_specs.serialize())
     _, keygen_seconds = _timed(client.generate_keys)
     key_bytes = client.evaluation_keys_bytes()
@@ -163,18 +194,15 @@ def bench_one(
     del cold_keys
     # now: registration prepares the keys with the client's warm-up query
     keys = parse_evaluation_keys(key_bytes)
-    warmup = encrypt(np.zeros(model.d, dtype=np.int64))
+    warmup = encrypt(np.zeros(d, dtype=np.int64))
     _, preparation = _timed(prepare_keys, circuit.server, keys, warmup)
     latencies = []
-    for query in bar(levels[1:], desc=f"{algorithm} n={n} encrypted queries", leave=False):
+    for query in bar(levels[1:], desc=desc, leave=False):
         result, seconds = _timed(run_encrypted, circuit.server, keys, parse_ciphertext(encrypt(query)))
         latencies.append(seconds)
         answers.append(client.decrypt_class(result))
-    clear_times = [_timed(classify_clear, model.plan, query)[1] for query in levels]
     steady = latencies[1:] or latencies
-    return {
-        **_compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm),
-        **accuracy,
+    fields = {
         "keygen_s": round(keygen_seconds, 2),
         "eval_key_bytes_compressed": len(key_bytes),
         "query_bytes": len(ciphertext),
@@ -185,11 +213,8 @@ def bench_one(
         "first_query_s": round(latencies[0], 3),
         "server_median_s": round(float(np.median(steady)), 3),
         "server_p90_s": round(float(np.percentile(steady, 90)), 3),
-        "clear_median_s": round(float(np.median(clear_times)), 6),
-        "queries": len(levels),
-        "load_average": round(os.getloadavg()[0], 2),  # latencies mean little under a heavy load
-        "encrypted_equals_clear": answers == classify_clear(model.plan, levels).tolist(),
     }
+    return _EncryptedRun(fields, answers)
 
 
 def _compiled_fields(model, config, statistics, compile_seconds, dataset, n, k, algorithm) -> dict:

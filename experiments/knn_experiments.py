@@ -144,46 +144,17 @@ def run_dataset(
     # the clear baseline and Paillier's target: textbook k-NN on the first family's points
     exact = models[families[0]]
     levels = exact.quantizer.transform(test.features)
-
-    def textbook(queries: np.ndarray) -> np.ndarray:
-        plan = exact.plan
-        return textbook_knn(plan.train, plan.labels, plan.k, plan.n_classes, queries)
-
-    clear_all = textbook(levels)
+    clear_all, clear_row = _clear(exact, levels, test.labels)
+    clear_median = clear_row["median_s"]
     rows = np.random.default_rng(0).choice(len(levels), size=min(queries, len(levels)), replace=False)
-    clear_times = []
-    for i in range(len(levels)):
-        started = time.perf_counter()
-        textbook(levels[i : i + 1])
-        clear_times.append(time.perf_counter() - started)
-    clear_median, clear_p90 = _stats(clear_times)
     base = {"dataset": name, "n": settings.n, "k": settings.k, "d": exact.d}
-    results: list[dict] = [
-        {
-            "protocol": "clear",
-            "queries": len(levels),
-            "accuracy": float(np.mean(clear_all == test.labels)),
-            "encrypted_accuracy": float("nan"),
-            "agrees_with_clear": 1.0,
-            "median_s": clear_median,
-            "p90_s": clear_p90,
-            "client_keygen_s": 0.0,
-            "client_s": clear_median,
-            "server_s": 0.0,
-            "bytes_up": 0,
-            "bytes_down": 0,
-            "key_bytes": 0,
-            "rounds": 0,
-        }
-    ]
+    results: list[dict] = [clear_row]
     hosted = {}
     for model in models.values():
         compiled = load_or_compile(model, model.circuit_config(), cache / "models")
         hosted[model.name] = HostedModel(model, compiled.server, dataset=name)
     with tempfile.TemporaryDirectory() as scratch:
-        options = ServerOptions(
-            data_dir=Path(scratch) / "server", models=[], port=0, enable_paillier_baseline=True
-        )
+        options = ServerOptions.of(Path(scratch) / "server", models=[], port=0, enable_paillier_baseline=True)
         running = start(options, hosted)
         try:
             wire = CallRecorder()
@@ -199,6 +170,39 @@ def run_dataset(
         row.update(base)
         row["over_clear"] = row["median_s"] / clear_median
     return results
+
+
+def _clear(exact: KnnModel, levels: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Textbook k-NN on ``exact``'s points (the clear baseline and Paillier's target): its class
+    for every held-out row and its row of the table (one query at a time, timed)."""
+    plan = exact.plan
+
+    def textbook(queries: np.ndarray) -> np.ndarray:
+        return textbook_knn(plan.train, plan.labels, plan.k, plan.n_classes, queries)
+
+    clear_all = textbook(levels)
+    clear_times = []
+    for i in range(len(levels)):
+        started = time.perf_counter()
+        textbook(levels[i : i + 1])
+        clear_times.append(time.perf_counter() - started)
+    clear_median, clear_p90 = _stats(clear_times)
+    return clear_all, {
+        "protocol": "clear",
+        "queries": len(levels),
+        "accuracy": float(np.mean(clear_all == labels)),
+        "encrypted_accuracy": float("nan"),
+        "agrees_with_clear": 1.0,
+        "median_s": clear_median,
+        "p90_s": clear_p90,
+        "client_keygen_s": 0.0,
+        "client_s": clear_median,
+        "server_s": 0.0,
+        "bytes_up": 0,
+        "bytes_down": 0,
+        "key_bytes": 0,
+        "rounds": 0,
+    }
 
 
 def _encrypted(

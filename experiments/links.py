@@ -503,13 +503,6 @@ def note(frame: pd.DataFrame, summary: pd.DataFrame, checks: pd.DataFrame) -> li
         ]
         for r in checks.itertuples()
     ]
-    shaped = frame[frame.model_run_s.notna()].copy()
-    gaps = shaped.run_gap.abs()
-    worst = shaped.loc[gaps.idxmax()] if len(shaped) else None
-    # a run's link share: the part of its model that is rounds x RTT + bytes / bandwidth
-    shaped["link_share"] = [1 - link_figures.run_fixed(r) / r.model_run_s for _, r in shaped.iterrows()]
-    linked = shaped[shaped.link_share >= 0.5]
-    computed = shaped[shaped.link_share < 0.5]
     lines = [
         f"Kernel shaping on this machine: {shaping}. The links are the loopback relay"
         " (`experiments/link_relay.py`: each direction's bandwidth and half the RTT, TCP's handshake;"
@@ -535,25 +528,38 @@ def note(frame: pd.DataFrame, summary: pd.DataFrame, checks: pd.DataFrame) -> li
         summary_table(summary),
         "",
     ]
-    if worst is not None:
-        if len(linked):
-            link_part = (
-                f"The margin holds where the link is what the model is about: {_gap_range(linked)} of"
-                " the runs whose model is mostly link (rounds x RTT + bytes / bandwidth at least half of"
-                " it: the first queries over slow links, the long round trips)."
-            )
-        else:
-            link_part = "No run here is mostly link (rounds x RTT + bytes / bandwidth under half its model)."
-        lines += [
-            f"Measured against model, whole runs over a shaped link: {int((gaps <= MARGIN).sum())} of"
-            f" {len(shaped)} within {MARGIN:.0%}. {link_part} Where compute dominates,"
-            f" {_gap_range(computed)}: the compute term is each call's seconds in other runs (loopback)"
-            " on a shared 2-core machine, and the same query's evaluation itself varied that much"
-            f" between runs ({_spread(frame)}), so those gaps are the machine's load, not the link's.",
-        ]
+    lines += _margin(frame)
     if repeated:
         lines += ["", f"{repeated} client run(s) lost their connection once and were run again."]
     return lines
+
+
+def _margin(frame: pd.DataFrame) -> list[str]:
+    """How far the measured runs over a shaped link are from the model, split by what dominates
+    the model: the link or the compute."""
+    shaped = frame[frame.model_run_s.notna()].copy()
+    if not len(shaped):
+        return []
+    gaps = shaped.run_gap.abs()
+    # a run's link share: the part of its model that is rounds x RTT + bytes / bandwidth
+    shaped["link_share"] = [1 - link_figures.run_fixed(r) / r.model_run_s for _, r in shaped.iterrows()]
+    linked = shaped[shaped.link_share >= 0.5]
+    computed = shaped[shaped.link_share < 0.5]
+    if len(linked):
+        link_part = (
+            f"The margin holds where the link is what the model is about: {_gap_range(linked)} of"
+            " the runs whose model is mostly link (rounds x RTT + bytes / bandwidth at least half of"
+            " it: the first queries over slow links, the long round trips)."
+        )
+    else:
+        link_part = "No run here is mostly link (rounds x RTT + bytes / bandwidth under half its model)."
+    return [
+        f"Measured against model, whole runs over a shaped link: {int((gaps <= MARGIN).sum())} of"
+        f" {len(shaped)} within {MARGIN:.0%}. {link_part} Where compute dominates,"
+        f" {_gap_range(computed)}: the compute term is each call's seconds in other runs (loopback)"
+        " on a shared 2-core machine, and the same query's evaluation itself varied that much"
+        f" between runs ({_spread(frame)}), so those gaps are the machine's load, not the link's.",
+    ]
 
 
 def _gap_range(runs: pd.DataFrame) -> str:

@@ -392,14 +392,6 @@ def idle_connections(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
-def rss_bytes(pid: int) -> int:
-    """The process's resident memory (Linux ``/proc``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def floods(address: str, seconds: float = 6.0) -> Probe:
     """Every flood at once for ``seconds`` (rapid reset on four connections, two ping floods, two
     zero-window connections of unread controller calls, 1,100 idle connections, twenty silent

@@ -50,17 +50,8 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
         f"{compiled.statistics['pbs_count']} programmable bootstraps per query"
     )
 
-    info, specs = model.public_info(), client_specs_bytes(compiled.server)
-    client = KnnClient(specs)
-    started = time.perf_counter()
-    client.generate_keys()
-    keygen_seconds = time.perf_counter() - started
-    evaluation_keys_bytes = client.evaluation_keys_bytes()
-    print(
-        f"[client] keys generated in {keygen_seconds:.1f} s; evaluation keys "
-        f"{len(evaluation_keys_bytes) / 1e6:.1f} MB (uploaded once)"
-    )
-    evaluation_keys = parse_evaluation_keys(evaluation_keys_bytes)
+    info = model.public_info()
+    client, evaluation_keys = _client_with_keys(compiled.server)
     quantizer = MinMaxQuantizer.from_dict(info["quantizer"])
     sklearn_knn = KNeighborsClassifier(n_neighbors=settings.k).fit(train.features, train.labels)
 
@@ -97,6 +88,21 @@ def run_demo(rows: int = 5, settings: KnnSettings | None = None, cache_dir: Path
     )
     compiled.server.cleanup()
     return 0 if agree == min(rows, len(test.labels)) else 1
+
+
+def _client_with_keys(server) -> tuple[KnnClient, object]:
+    """The device's side for ``server``'s circuit: a client with fresh keys, and its evaluation
+    keys as the server reads them."""
+    client = KnnClient(client_specs_bytes(server))
+    started = time.perf_counter()
+    client.generate_keys()
+    keygen_seconds = time.perf_counter() - started
+    evaluation_keys_bytes = client.evaluation_keys_bytes()
+    print(
+        f"[client] keys generated in {keygen_seconds:.1f} s; evaluation keys "
+        f"{len(evaluation_keys_bytes) / 1e6:.1f} MB (uploaded once)"
+    )
+    return client, parse_evaluation_keys(evaluation_keys_bytes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

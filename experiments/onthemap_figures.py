@@ -102,87 +102,15 @@ def _per_destination(
 def run_figures(workers: int, seed: int, sample: int, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"generating {workers} workers (seed {seed}) ...", flush=True)
-    data = generate(workers, seed, blocks_per_worker=233_726 / workers, show_progress=True)
-    blocks = pd.Index(data.crosswalk.tabblk2010)
-    lat = data.crosswalk.blklatdd.to_numpy(float)
-    lon = data.crosswalk.blklondd.to_numpy(float)
-    grid = BlockGrid.build(lat, lon)
-    destination = blocks.get_indexer(data.od.w_geocode)
-    origin = blocks.get_indexer(data.od.h_geocode)
-    count = data.od.S000.to_numpy()
-    real = Commutes(destination, origin, count, commute_miles(origin, destination, lat, lon))
-    order = np.argsort(real.miles)
-    median = float(real.miles[order][np.searchsorted(np.cumsum(real.count[order]), real.count.sum() / 2)])
+    state = _state(generate(workers, seed, blocks_per_worker=233_726 / workers, show_progress=True))
     rng = np.random.default_rng(seed)
-    chosen = np.sort(rng.choice(np.unique(destination), size=sample, replace=False))
-
+    chosen = np.sort(rng.choice(np.unique(state.real.destination), size=sample, replace=False))
     summary, per_block = [], []
-    ring = grid.ring(grid.cell_of_block[destination], grid.cell_of_block[origin])  # as the release has it
     for name, bands in CONFIGURATIONS.items():
-        started = time.perf_counter()
-        inside = ring < bands.ring_edges(1.0)[-1]
-        rows = inside if name in DROPPED else np.ones(len(destination), dtype=bool)
-        result = release(
-            destination[rows],
-            origin[rows],
-            count[rows],
-            grid,
-            EPSILON,
-            DELTA,
-            bands,
-            rng=np.random.default_rng(seed),
-        )
-        seconds = time.perf_counter() - started
-        synthetic = Commutes(
-            result.destination,
-            result.origin,
-            result.count,
-            commute_miles(result.origin, result.destination, lat, lon),
-        )
-        beyond_prior = result.stats["mean_prior_mass"] - float(
-            (result.alpha * np.asarray(result.kept_domain, dtype=float)).mean()
-        )
-        added = result.alpha * np.asarray(result.kept_domain, dtype=float) + beyond_prior  # |alpha(d)|
-        in_sample = np.isin(result.destinations, chosen)
-        row = {
-            "configuration": name,
-            "max_miles": bands.edges_miles[-1],
-            "min_keep": min(bands.keep),
-            # the dropped variants run on a confidential inside count: no statement covers them
-            "eps_prime": NOT_PRIVATE if name in DROPPED else epsilon_text(result.privacy.epsilon),
-            "statement": NOT_PRIVATE if name in DROPPED else result.privacy.line(),
-            "min_alpha": float(result.alpha.min()),
-            "mean_added_all": float(added.mean()),
-            "mean_added_sample": float(added[in_sample].mean()),
-            "median_added_all": float(np.median(added)),
-            "release_seconds": round(seconds, 1),
-            "written_share": float(result.count.sum() / count.sum()),
-            "real_inside_share": float(count[inside].sum() / count.sum()),
-        }
-        for label, limit in (("all", None), ("short", median)):
-            truth = _per_destination(real, chosen, limit)
-            fake = _per_destination(synthetic, chosen, limit)
-            both = truth.average_miles.notna() & fake.average_miles.notna()
-            error = fake.average_miles[both] - truth.average_miles[both]
-            row[f"{label}_bias_miles"] = float(error.mean())
-            row[f"{label}_mae_miles"] = float(error.abs().mean())
-            row[f"{label}_correlation"] = float(
-                np.corrcoef(truth.average_miles[both], fake.average_miles[both])[0, 1]
-            )
-            for d in chosen:
-                per_block.append(
-                    {
-                        "configuration": name,
-                        "commutes": label,
-                        "destination": int(d),
-                        "workers": float(truth.workers.get(d, np.nan)),
-                        "true_average_miles": float(truth.average_miles.get(d, np.nan)),
-                        "synthetic_average_miles": float(fake.average_miles.get(d, np.nan)),
-                    }
-                )
+        row, blocks = _configuration(state, name, bands, seed, chosen)
         summary.append(row)
+        per_block += blocks
         print(f"{name}: {row}", flush=True)
-
     per_block_frame = pd.DataFrame(per_block)
     per_block_frame.to_csv(out / "onthemap_figures_per_block.csv", index=False)
     with (out / "onthemap_figures.csv").open("w", newline="") as handle:
@@ -190,11 +118,118 @@ def run_figures(workers: int, seed: int, sample: int, out: Path) -> int:
         writer.writeheader()
         writer.writerows(summary)
     _plot(per_block_frame, out)
+    real = state.real
     _markdown(
-        summary, out, workers, sample, median, float(count[np.isin(destination, chosen)].sum() / sample)
+        summary,
+        out,
+        workers,
+        sample,
+        state.median,
+        float(real.count[np.isin(real.destination, chosen)].sum() / sample),
     )
     print(f"wrote {out}/onthemap_figures.md, .csv, _per_block.csv and figure_1..4 PNGs")
     return 0
+
+
+@dataclass(frozen=True)
+class _State:
+    """The generated commutes on their grid: the real O/D pairs, each pair's ring (as the release
+    has it) and the median commute."""
+
+    grid: BlockGrid
+    latitude: np.ndarray
+    longitude: np.ndarray
+    real: Commutes
+    ring: np.ndarray
+    median: float
+
+
+def _state(data) -> _State:
+    blocks = pd.Index(data.crosswalk.tabblk2010)
+    lat = data.crosswalk.blklatdd.to_numpy(float)
+    lon = data.crosswalk.blklondd.to_numpy(float)
+    grid = BlockGrid.build(lat, lon)
+    destination = blocks.get_indexer(data.od.w_geocode)
+    origin = blocks.get_indexer(data.od.h_geocode)
+    real = Commutes(
+        destination, origin, data.od.S000.to_numpy(), commute_miles(origin, destination, lat, lon)
+    )
+    order = np.argsort(real.miles)
+    median = float(real.miles[order][np.searchsorted(np.cumsum(real.count[order]), real.count.sum() / 2)])
+    ring = grid.ring(grid.cell_of_block[destination], grid.cell_of_block[origin])
+    return _State(grid, lat, lon, real, ring, median)
+
+
+def _configuration(
+    state: _State, name: str, bands: DistanceBands, seed: int, chosen: np.ndarray
+) -> tuple[dict, list[dict]]:
+    """One configuration's release: its summary row and its per-destination rows."""
+    real = state.real
+    destination, origin, count = real.destination, real.origin, real.count
+    started = time.perf_counter()
+    inside = state.ring < bands.ring_edges(1.0)[-1]
+    rows = inside if name in DROPPED else np.ones(len(destination), dtype=bool)
+    rng = np.random.default_rng(seed)
+    result = release(destination[rows], origin[rows], count[rows], state.grid, EPSILON, DELTA, bands, rng=rng)
+    seconds = time.perf_counter() - started
+    synthetic = Commutes(
+        result.destination,
+        result.origin,
+        result.count,
+        commute_miles(result.origin, result.destination, state.latitude, state.longitude),
+    )
+    beyond_prior = result.stats.mean_prior_mass - float(
+        (result.alpha * np.asarray(result.kept_domain, dtype=float)).mean()
+    )
+    added = result.alpha * np.asarray(result.kept_domain, dtype=float) + beyond_prior  # |alpha(d)|
+    in_sample = np.isin(result.destinations, chosen)
+    row = {
+        "configuration": name,
+        "max_miles": bands.edges_miles[-1],
+        "min_keep": min(bands.keep),
+        # the dropped variants run on a confidential inside count: no statement covers them
+        "eps_prime": NOT_PRIVATE if name in DROPPED else epsilon_text(result.privacy.epsilon),
+        "statement": NOT_PRIVATE if name in DROPPED else result.privacy.line(),
+        "min_alpha": float(result.alpha.min()),
+        "mean_added_all": float(added.mean()),
+        "mean_added_sample": float(added[in_sample].mean()),
+        "median_added_all": float(np.median(added)),
+        "release_seconds": round(seconds, 1),
+        "written_share": float(result.count.sum() / count.sum()),
+        "real_inside_share": float(count[inside].sum() / count.sum()),
+    }
+    per_block = []
+    for label, limit in (("all", None), ("short", state.median)):
+        figures, blocks = _commute_accuracy(real, synthetic, chosen, limit)
+        row |= {f"{label}_{key}": value for key, value in figures.items()}
+        per_block += [{"configuration": name, "commutes": label, **block} for block in blocks]
+    return row, per_block
+
+
+def _commute_accuracy(
+    real: Commutes, synthetic: Commutes, chosen: np.ndarray, limit: float | None
+) -> tuple[dict[str, float], list[dict]]:
+    """Average commute per sampled destination (commutes up to ``limit`` miles), synthetic against
+    real: bias, mean absolute error and correlation, and one row per destination."""
+    truth = _per_destination(real, chosen, limit)
+    fake = _per_destination(synthetic, chosen, limit)
+    both = truth.average_miles.notna() & fake.average_miles.notna()
+    error = fake.average_miles[both] - truth.average_miles[both]
+    figures = {
+        "bias_miles": float(error.mean()),
+        "mae_miles": float(error.abs().mean()),
+        "correlation": float(np.corrcoef(truth.average_miles[both], fake.average_miles[both])[0, 1]),
+    }
+    blocks = [
+        {
+            "destination": int(d),
+            "workers": float(truth.workers.get(d, np.nan)),
+            "true_average_miles": float(truth.average_miles.get(d, np.nan)),
+            "synthetic_average_miles": float(fake.average_miles.get(d, np.nan)),
+        }
+        for d in chosen
+    ]
+    return figures, blocks
 
 
 #: Figure number -> (configuration, commutes) of ICDE 2008 Figures 1-4.

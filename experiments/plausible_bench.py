@@ -82,20 +82,7 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
         passed += int(result.passed.sum())
     synth_s = time.perf_counter() - start
 
-    sample = min(300, len(result.records))
-    start = time.perf_counter()
-    reference = [
-        count_plausible_seeds(
-            seed_probabilities(fitted.model, result.records[i], fitted.seeds, config.omega),
-            int(result.seed_rows[i]),
-            config.gamma,
-        )
-        for i in range(sample)
-    ]
-    per_candidate_s = (time.perf_counter() - start) / sample
-    if reference != result.counts[:sample].tolist():
-        raise AssertionError("the keyed counts disagree with the per-candidate definition")
-    baseline_s = per_candidate_s * candidates
+    baseline_s = _per_candidate_seconds(fitted, result, config) * candidates
 
     row = {
         "records": len(codes),
@@ -129,6 +116,25 @@ def run_bench(data: Path, candidates: int, config: PlausibleConfig, seed: int | 
     print("\n".join(report_lines(fitted, config, candidates)))
     print(f"wrote {out}")
     return 0
+
+
+def _per_candidate_seconds(fitted, result, config: PlausibleConfig) -> float:
+    """The seconds per candidate of the per-candidate definition (the baseline), timed on up to
+    300 of ``result``'s candidates; ``AssertionError`` if the keyed counts disagree with it."""
+    sample = min(300, len(result.records))
+    start = time.perf_counter()
+    reference = [
+        count_plausible_seeds(
+            seed_probabilities(fitted.model, result.records[i], fitted.seeds, config.omega),
+            int(result.seed_rows[i]),
+            config.gamma,
+        )
+        for i in range(sample)
+    ]
+    seconds = (time.perf_counter() - start) / sample
+    if reference != result.counts[:sample].tolist():
+        raise AssertionError("the keyed counts disagree with the per-candidate definition")
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -208,13 +208,12 @@ def write_report(
     mode: str,
     link_notes: list[str] | None = None,
 ) -> Path:
-    summary = headlines(results)
     lines = [
         f"# petlab experiments ({mode})",
         "",
         "| result | value |",
         "|:--|:--|",
-        *[f"| {what} | {value} |" for what, value in summary],
+        *[f"| {what} | {value} |" for what, value in headlines(results)],
         "",
         *[f"![{p.stem}]({p.name})" for p in figures],
         "",
@@ -227,6 +226,19 @@ def write_report(
         " `petlab-synth` never prints them (they go to `--diagnostics`).",
         "",
     ]
+    lines += _knn_sections(results)
+    lines += _onthemap_section(results.get("onthemap"), results.get("onthemap_commute"))
+    lines += _adaptive_section(results.get("adaptive"))
+    lines += _plausible_section(results.get("plausible"))
+    lines += _links_section(link_notes or [])
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _knn_sections(results: dict[str, pd.DataFrame]) -> list[str]:
+    """Encrypted k-NN over gRPC beside the paper's figures, accuracy, and the sweeps."""
+    lines: list[str] = []
     knn = results.get("knn")
     if knn is not None:
         shown = knn.copy()
@@ -269,7 +281,11 @@ def write_report(
     lines += _table_section(
         results.get("knn_sweeps"), "## Encrypted k-NN (default family) against n, d and k (cf. Figures 7-9)"
     )
-    onthemap = results.get("onthemap")
+    return lines
+
+
+def _onthemap_section(onthemap: pd.DataFrame | None, commute: pd.DataFrame | None) -> list[str]:
+    lines: list[str] = []
     if onthemap is not None:
         lines += [
             "## OnTheMap: root average IMSE against eps and p_min",
@@ -282,7 +298,6 @@ def write_report(
             _markdown(onthemap),
             "",
         ]
-    commute = results.get("onthemap_commute")
     if commute is not None and len(commute):
         corr = commute.true_miles.corr(commute.synthetic_miles)
         lines += [
@@ -291,45 +306,53 @@ def write_report(
             f" {commute.synthetic_miles.mean():.1f} mi.",
             "",
         ]
-    adaptive = results.get("adaptive")
-    if adaptive is not None:
-        deepest = adaptive[adaptive.depth == adaptive.depth.max()]
-        lines += [
-            "## Adaptive histograms: earthmover approximation (Figure 5)",
-            "",
-            "`total_eps`: the release's (eps, 0)-DP (neighbours: one worker added or removed), from the"
-            " cost objects: 2 eps for the improved tree (Theorem 3) and eps for the leaf counts.",
-            "",
-            _markdown(deepest),
-            "",
-        ]
-    plausible = results.get("plausible")
-    if plausible is not None:
-        shown = plausible.copy()
-        key = ["synthetics" if d.startswith("omega") else d for d in shown.data]
-        shown["paper acc T/RF/Ada"] = [PAPER_TABLE3[k][0] for k in key]
-        shown["paper agree"] = [PAPER_TABLE3[k][1] for k in key]
-        shown["paper distinguish RF/Tree"] = [" / ".join(PAPER_TABLE5[k]) for k in key]
-        lines += [
-            "## Plausible deniability (Tables 3 and 5, Figures 3-4)",
-            "",
-            "Model eps = 1, gamma = 4, eps0 = 1 (k: see run_all.py); TVD against other reals; classifiers"
-            " trained on each set and tested on held-out reals; distinguishing accuracy on a 50/50 held-out"
-            " mix. `pass_rate` is *derived from the real data* (not covered by the release's accounting).",
-            "",
-            _markdown(shown),
-            "",
-        ]
-    if link_notes:
-        lines += [
-            "## A device's wait over emulated links",
-            "",
-            "`petlab-experiments links`: a real server and `petlab-client` through links with a"
-            " bandwidth each way and a round-trip time; the figures `links_*` below.",
-            "",
-            *link_notes,
-            "",
-        ]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return lines
+
+
+def _adaptive_section(adaptive: pd.DataFrame | None) -> list[str]:
+    if adaptive is None:
+        return []
+    deepest = adaptive[adaptive.depth == adaptive.depth.max()]
+    return [
+        "## Adaptive histograms: earthmover approximation (Figure 5)",
+        "",
+        "`total_eps`: the release's (eps, 0)-DP (neighbours: one worker added or removed), from the"
+        " cost objects: 2 eps for the improved tree (Theorem 3) and eps for the leaf counts.",
+        "",
+        _markdown(deepest),
+        "",
+    ]
+
+
+def _plausible_section(plausible: pd.DataFrame | None) -> list[str]:
+    if plausible is None:
+        return []
+    shown = plausible.copy()
+    key = ["synthetics" if d.startswith("omega") else d for d in shown.data]
+    shown["paper acc T/RF/Ada"] = [PAPER_TABLE3[k][0] for k in key]
+    shown["paper agree"] = [PAPER_TABLE3[k][1] for k in key]
+    shown["paper distinguish RF/Tree"] = [" / ".join(PAPER_TABLE5[k]) for k in key]
+    return [
+        "## Plausible deniability (Tables 3 and 5, Figures 3-4)",
+        "",
+        "Model eps = 1, gamma = 4, eps0 = 1 (k: see run_all.py); TVD against other reals; classifiers"
+        " trained on each set and tested on held-out reals; distinguishing accuracy on a 50/50 held-out"
+        " mix. `pass_rate` is *derived from the real data* (not covered by the release's accounting).",
+        "",
+        _markdown(shown),
+        "",
+    ]
+
+
+def _links_section(link_notes: list[str]) -> list[str]:
+    if not link_notes:
+        return []
+    return [
+        "## A device's wait over emulated links",
+        "",
+        "`petlab-experiments links`: a real server and `petlab-client` through links with a"
+        " bandwidth each way and a round-trip time; the figures `links_*` below.",
+        "",
+        *link_notes,
+        "",
+    ]

@@ -77,61 +77,9 @@ FULL = ExperimentConfig(
 def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     machine = describe()
-    steps = (
-        len(config.datasets) * knn_experiments.progress_steps(config.queries, config.families)
-        + len(config.datasets)
-        + len(config.sweep_n)
-        + len(config.sweep_d)
-        + len(config.sweep_k)
-        + len(config.epsilons)
-        + len(config.p_mins)
-        + len(config.adaptive_epsilons)
-        + len(config.omegas) * 2
-        + 2
-    )
-    results: dict[str, pd.DataFrame] = {}
-    with bar(total=steps, desc="experiments", unit="step") as progress:
-        settings = KnnSettings(n=config.n, k=config.k)
-        rows = []
-        for name in config.datasets:
-            progress.set_postfix_str(f"k-NN on {name}")
-            rows += knn_experiments.run_dataset(
-                name, settings, config.queries, cache, progress, config.families, owner=True
-            )
-        results["knn"] = pd.DataFrame(rows)[knn_experiments.KNN_COLUMNS]
-        accuracy = []
-        for name in config.datasets:
-            progress.set_postfix_str(f"k-NN accuracy on {name}")
-            for seed in range(config.accuracy_splits):
-                accuracy += knn_accuracy.split_rows(name, seed, config.n, config.k, ("thermo",))
-            progress.update()
-        results["knn_accuracy"] = pd.DataFrame(accuracy, columns=knn_accuracy.COLUMNS)
-        progress.set_postfix_str("k-NN sweeps")
-        results["knn_sweeps"] = pd.DataFrame(
-            knn_experiments.run_sweeps(
-                list(config.sweep_n),
-                list(config.sweep_d),
-                list(config.sweep_k),
-                config.sweep_queries,
-                config.sweep_base_n,
-                progress,
-            ),
-            columns=knn_experiments.SWEEP_COLUMNS,
-        )
-        progress.set_postfix_str("OnTheMap")
-        onthemap, commute = synthesis_experiments.onthemap_experiments(
-            config.workers, config.seed, config.epsilons, config.p_mins, progress
-        )
-        results["onthemap"], results["onthemap_commute"] = onthemap, commute.reset_index(names="destination")
-        progress.set_postfix_str("adaptive histograms")
-        results["adaptive"] = synthesis_experiments.adaptive_experiments(
-            config.workers, config.seed, config.adaptive_epsilons, config.adaptive_depth, progress
-        )
-        progress.set_postfix_str("plausible deniability")
-        frame = pd.read_csv(config.acs or acs_sample_path())
-        results["plausible"] = synthesis_experiments.plausible_experiments(
-            frame, config.omegas, config.seed, config.distinguishing_per_class, config.plausible_k, progress
-        )
+    with bar(total=_progress_steps(config), desc="experiments", unit="step") as progress:
+        results = _knn_results(config, cache, progress)
+        results |= _synthesis_results(config, progress)
     link_figures: list[Path] = []
     link_notes: list[str] = []
     if config.links is not None:
@@ -157,6 +105,74 @@ def run_all(config: ExperimentConfig, out: Path, cache: Path, mode: str = "quick
     print()
     print(f"The report, which opens with these and the plots: {path}")
     return path
+
+
+def _progress_steps(config: ExperimentConfig) -> int:
+    return (
+        len(config.datasets) * knn_experiments.progress_steps(config.queries, config.families)
+        + len(config.datasets)
+        + len(config.sweep_n)
+        + len(config.sweep_d)
+        + len(config.sweep_k)
+        + len(config.epsilons)
+        + len(config.p_mins)
+        + len(config.adaptive_epsilons)
+        + len(config.omegas) * 2
+        + 2
+    )
+
+
+def _knn_results(config: ExperimentConfig, cache: Path, progress) -> dict[str, pd.DataFrame]:
+    """Encrypted k-NN over gRPC per data set, the owner's settings' accuracy, the sweeps."""
+    results: dict[str, pd.DataFrame] = {}
+    settings = KnnSettings(n=config.n, k=config.k)
+    rows = []
+    for name in config.datasets:
+        progress.set_postfix_str(f"k-NN on {name}")
+        rows += knn_experiments.run_dataset(
+            name, settings, config.queries, cache, progress, config.families, owner=True
+        )
+    results["knn"] = pd.DataFrame(rows)[knn_experiments.KNN_COLUMNS]
+    accuracy = []
+    for name in config.datasets:
+        progress.set_postfix_str(f"k-NN accuracy on {name}")
+        for seed in range(config.accuracy_splits):
+            accuracy += knn_accuracy.split_rows(name, seed, config.n, config.k, ("thermo",))
+        progress.update()
+    results["knn_accuracy"] = pd.DataFrame(accuracy, columns=knn_accuracy.COLUMNS)
+    progress.set_postfix_str("k-NN sweeps")
+    results["knn_sweeps"] = pd.DataFrame(
+        knn_experiments.run_sweeps(
+            list(config.sweep_n),
+            list(config.sweep_d),
+            list(config.sweep_k),
+            config.sweep_queries,
+            config.sweep_base_n,
+            progress,
+        ),
+        columns=knn_experiments.SWEEP_COLUMNS,
+    )
+    return results
+
+
+def _synthesis_results(config: ExperimentConfig, progress) -> dict[str, pd.DataFrame]:
+    """OnTheMap, the adaptive histograms and plausible deniability."""
+    results: dict[str, pd.DataFrame] = {}
+    progress.set_postfix_str("OnTheMap")
+    onthemap, commute = synthesis_experiments.onthemap_experiments(
+        config.workers, config.seed, config.epsilons, config.p_mins, progress
+    )
+    results["onthemap"], results["onthemap_commute"] = onthemap, commute.reset_index(names="destination")
+    progress.set_postfix_str("adaptive histograms")
+    results["adaptive"] = synthesis_experiments.adaptive_experiments(
+        config.workers, config.seed, config.adaptive_epsilons, config.adaptive_depth, progress
+    )
+    progress.set_postfix_str("plausible deniability")
+    frame = pd.read_csv(config.acs or acs_sample_path())
+    results["plausible"] = synthesis_experiments.plausible_experiments(
+        frame, config.omegas, config.seed, config.distinguishing_per_class, config.plausible_k, progress
+    )
+    return results
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

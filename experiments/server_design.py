@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -212,29 +213,9 @@ async def measure_design(
         await cheap_calls(list_models, 20, timeout)
         baseline = process_status(process, "VmRSS")
         for level in levels:
-            held = await streams.grow(level)
-            rss, threads = process_status(process, "VmRSS"), process_status(process, "Threads")
-            checks = await cheap_calls(check, calls, timeout)
-            listed = await cheap_calls(list_models, calls, timeout)
-            classified = None if device is None else await asyncio.to_thread(device.classify)
             rows.append(
-                Row(
-                    name,
-                    kind,
-                    level,
-                    held,
-                    threads,
-                    round(rss / 1024, 1),
-                    round((rss - baseline) / held, 1) if held else None,
-                    calls,
-                    checks.answered,
-                    checks.median_ms,
-                    checks.p99_ms,
-                    listed.answered,
-                    listed.median_ms,
-                    listed.p99_ms,
-                    checks.failure or listed.failure,
-                    classified,
+                await _level_row(
+                    process, streams, level, name, kind, calls, timeout, baseline, check, list_models, device
                 )
             )
             print(asdict(rows[-1]), flush=True)
@@ -248,6 +229,46 @@ async def measure_design(
         if device is not None:
             device.close()
     return rows
+
+
+async def _level_row(
+    process: ServerProcess,
+    streams: IdleStreams,
+    level: int,
+    name: str,
+    kind: str,
+    calls: int,
+    timeout: float,
+    baseline: int,
+    check: Callable[[float], Awaitable[None]],
+    list_models: Callable[[float], Awaitable[None]],
+    device: Device | None,
+) -> Row:
+    """Grow the idle streams to ``level``, then measure the server beside them: memory, threads,
+    ``calls`` cheap calls of each kind and one classification."""
+    held = await streams.grow(level)
+    rss, threads = process_status(process, "VmRSS"), process_status(process, "Threads")
+    checks = await cheap_calls(check, calls, timeout)
+    listed = await cheap_calls(list_models, calls, timeout)
+    classified = None if device is None else await asyncio.to_thread(device.classify)
+    return Row(
+        name,
+        kind,
+        level,
+        held,
+        threads,
+        round(rss / 1024, 1),
+        round((rss - baseline) / held, 1) if held else None,
+        calls,
+        checks.answered,
+        checks.median_ms,
+        checks.p99_ms,
+        listed.answered,
+        listed.median_ms,
+        listed.p99_ms,
+        checks.failure or listed.failure,
+        classified,
+    )
 
 
 class Device:

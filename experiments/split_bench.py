@@ -242,30 +242,14 @@ def bench_split(
         "raw_key_bytes": statistics["bootstrap_key_bytes"] + statistics["keyswitch_key_bytes"],
         "query_bytes": len(ciphertexts[0]),
     }
-    rows = []
-    # in process, node by node: weighs what moves between stages
-    answers, latencies, stage_bytes, cpu = [], [], 0, 0.0
-    for i, ciphertext in enumerate(ciphertexts):
-        sizes: list[int] = []
-
-        def run(node, inputs, sizes=sizes):
-            value = run_stage(module.server, keys, node.stage, inputs)
-            sizes.append(len(value.serialize()))
-            return value
-
-        before = _cpu_seconds()
-        values, seconds = _timed(run_graph, program.graph, parse_ciphertext(ciphertext), run)
-        answer = values[program.graph.answer.name].serialize()
-        if i:
-            latencies.append(seconds)
-            cpu += _cpu_seconds() - before
-        stage_bytes = sum(sizes[:-1])  # every stage's output but the answer
-        answers.append(client.decrypt_class(answer))
+    answers, latencies, cpu, stage_bytes, answer = _in_process(
+        module, keys, program.graph, ciphertexts, client
+    )
     common |= {"result_bytes": len(answer), "stage_bytes": stage_bytes}
-    rows.append(
+    rows = [
         _row(dataset, model, parts, f"split {parts}, in process", **common, **_timing(latencies, cpu))
         | {"correct": answers == expected}
-    )
+    ]
     evaluator = ClusterEvaluator(cluster, {dataset: module.server}, {dataset: program.graph})
     try:
         answers, latencies, cpu = [], [], 0.0
@@ -278,18 +262,37 @@ def bench_split(
             answers.append(client.decrypt_class(answer))
     finally:
         evaluator.forget("k")
+    config_name = f"split {parts}, LocalCluster({parts})"
     rows.append(
-        _row(
-            dataset,
-            model,
-            parts,
-            f"split {parts}, LocalCluster({parts})",
-            **common,
-            **_timing(latencies, cpu),
-        )
+        _row(dataset, model, parts, config_name, **common, **_timing(latencies, cpu))
         | {"correct": answers == expected}
     )
     return rows
+
+
+def _in_process(module, keys, graph, ciphertexts: list[bytes], client: KnnClient):
+    """The split module in process, node by node, weighing what moves between stages: the classes,
+    the latencies and CPU seconds of every query but the first, the bytes between stages and the
+    last answer."""
+    answers, latencies, stage_bytes, cpu = [], [], 0, 0.0
+    answer = b""
+    for i, ciphertext in enumerate(ciphertexts):
+        sizes: list[int] = []
+
+        def run(node, inputs, sizes=sizes):
+            value = run_stage(module.server, keys, node.stage, inputs)
+            sizes.append(len(value.serialize()))
+            return value
+
+        before = _cpu_seconds()
+        values, seconds = _timed(run_graph, graph, parse_ciphertext(ciphertext), run)
+        answer = values[graph.answer.name].serialize()
+        if i:
+            latencies.append(seconds)
+            cpu += _cpu_seconds() - before
+        stage_bytes = sum(sizes[:-1])  # every stage's output but the answer
+        answers.append(client.decrypt_class(answer))
+    return answers, latencies, cpu, stage_bytes, answer
 
 
 def run_bench(

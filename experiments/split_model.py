@@ -105,6 +105,8 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def report(rows: list[dict]) -> str:
+    """The split benchmark's Markdown: the measured table, the time model fitted per family and
+    data set, and the extrapolation to :data:`MACHINES` machines."""
     from petlab.experiments.machine import describe
 
     lines = [
@@ -147,6 +149,26 @@ def report(rows: list[dict]) -> str:
         "## Time model (module docstring)",
         "",
     ]
+    model_lines, fits = _time_model(rows)
+    lines += model_lines
+    lines += _extrapolation(fits)
+    lines += [
+        "",
+        "Assumptions to check on a real cluster: the CPU per PBS c stays what it is at the largest n "
+        "measured (more PBS at 10^5 points are counted above, not a higher cost per PBS); a machine "
+        "keeps both cores busy within one stage, as concrete does for one evaluation; compiling a "
+        "module of P + ceil(log2 P) + 1 stages (thermo; fast: 2P + 2) at 6,250 points per partition "
+        "is not measured here; every worker holds every client's evaluation keys of the module (the "
+        "'eval keys' column), since every worker runs stages of every query.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _time_model(rows: list[dict]) -> tuple[list[str], dict[tuple[str, str], dict]]:
+    """Per (family, data set): c (CPU per PBS, whole circuit), h and t1 (wall on the cluster
+    against critical-path PBS), with the rows that check them."""
+    lines: list[str] = []
     fits: dict[tuple[str, str], dict] = {}
     for algorithm, dataset in dict.fromkeys((r["algorithm"], r["dataset"]) for r in rows):
         own = [r for r in rows if (r["algorithm"], r["dataset"]) == (algorithm, dataset)]
@@ -181,6 +203,11 @@ def report(rows: list[dict]) -> str:
                 f"  - check, LocalCluster, {critical} critical PBS: wall predicted "
                 f"{h + t1 * critical:.2f} s, measured {wall:.2f} s"
             )
+    return lines, fits
+
+
+def _extrapolation(fits: dict[tuple[str, str], dict]) -> list[str]:
+    lines: list[str] = []
     lines += [
         "",
         f"## Extrapolation: {MACHINES} machines like this one, one worker each (both cores)",
@@ -216,14 +243,4 @@ def report(rows: list[dict]) -> str:
     ]
     header += [f"{MACHINES} machines (s)", "speed-up"]
     lines.append(markdown.table(header, cells))
-    lines += [
-        "",
-        "Assumptions to check on a real cluster: the CPU per PBS c stays what it is at the largest n "
-        "measured (more PBS at 10^5 points are counted above, not a higher cost per PBS); a machine "
-        "keeps both cores busy within one stage, as concrete does for one evaluation; compiling a "
-        "module of P + ceil(log2 P) + 1 stages (thermo; fast: 2P + 2) at 6,250 points per partition "
-        "is not measured here; every worker holds every client's evaluation keys of the module (the "
-        "'eval keys' column), since every worker runs stages of every query.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines

@@ -69,7 +69,7 @@ def _has_port_or_ip(target: str) -> bool:
         return False
 
 
-DEFAULT_PORT = 50051  # petlab-server serve's --port default (server.flags)
+DEFAULT_PORT = 50051  # petlab-server serve's --port default (server.common.options)
 DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 
 

@@ -5,6 +5,12 @@ meanings; the programs map them onto one exit-status table (:data:`EXIT_STATUSES
 :mod:`petlab.exit_status`). Anything else reaching a program's top is a bug: it prints a traceback
 and exits 1.
 
+Each class also names the gRPC status a server call that it ends is answered with
+(:attr:`PetlabError.grpc_status`; ``server.common.boundary`` applies it): the call ends with that
+status and the error's message, a sentence written for the caller that names no confidential
+figure. ``INTERNAL`` (the root's) sends no message at all, as for any exception that is not a
+``PetlabError`` (a bug: its traceback goes to the server's log).
+
  The classes that derived from :class:`ValueError` before the root existed still do (as well as
 from :class:`BadInput`), so code that caught ``ValueError`` still catches them; the ones that
 derived from :class:`Exception` do not become ``ValueError`` (a handler for ``ValueError`` would
@@ -40,24 +46,29 @@ class PetlabError(Exception):
     """An error petlab raises on purpose; its message is one line a user can read."""
 
     exit_status = FAILURE
+    #: the name of the ``grpc.StatusCode`` a call ended by this error is answered with
+    grpc_status = "INTERNAL"
 
 
 class BadInput(PetlabError):
     """What the user or a caller supplied is wrong: a flag, a file, a value (exit status 2)."""
 
     exit_status = USAGE
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class Refused(PetlabError):
     """A server, the analysis controller or a policy declined or aborted the request (exit 3)."""
 
     exit_status = REFUSED
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class Unavailable(PetlabError):
     """A service or resource needed is not there or did not answer in time (exit status 1)."""
 
     exit_status = FAILURE
+    grpc_status = "UNAVAILABLE"
 
 
 def file_problem(error: OSError) -> str:

@@ -1,7 +1,10 @@
 """The data owner's gRPC server, composed from its rooms: build the services, then serve them.
 
-:func:`build_services` makes every servicer and store from :class:`ServerOptions` (models compiled
-or loaded from the cache, the key store, the evaluator, the controller) and opens no socket;
+:class:`ServerOptions` is the rooms' options side by side (each room states its own fields, flags
+and defaults: ``server.common.options``, ``server.knn.options``, ``server.controller.options``,
+``server.paillier.options``). :func:`build_services` asks each room for its servicer and stores
+(``server.knn.startup``: models compiled or loaded from the cache, the key store, the evaluator;
+``server.controller.startup``) and opens no socket;
 :func:`serve` puts them on one gRPC server with the cross-cutting interceptors, health checking and
 reflection, binds the port and starts. :func:`start` is both. Without ``tls_cert``/``tls_key`` the
 server listens in plaintext and only on a loopback address, and says so in its log.
@@ -10,6 +13,7 @@ server listens in plaintext and only on a loopback address, and says so in its l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import logging
 import os
@@ -17,18 +21,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import grpc
-import pandas as pd
 from grpc_reflection.v1alpha import reflection
 
 from petlab.addresses import is_loopback_host
-from petlab.crypto.chain.traces import load_public_key
 from petlab.crypto.knn.deployment import start_concrete_runtime
-from petlab.crypto.knn.families import family
-from petlab.crypto.knn.model import KnnModel, KnnSettings, build_model
-from petlab.dask_cluster import ClusterSpec, DaskCluster
 from petlab.owner_only import private_directory
 from petlab.protos import (
     controller_pb2,
@@ -38,38 +37,31 @@ from petlab.protos import (
     paillier_pb2,
     paillier_pb2_grpc,
 )
-from petlab.server.common.admission import ServiceLimits
 from petlab.server.common.boundary import CallBoundary
-from petlab.server.common.callers import CallerIdentities, caller_identities, owner_quota
+from petlab.server.common.callers import CallerIdentities, caller_identities
 from petlab.server.common.event_loop import LoopThread, shared_loop
 from petlab.server.common.fair_share import FairSlots
 from petlab.server.common.health import (
     NOT_SERVING,
-    SEND_SECONDS,
     SERVING,
     HealthStatuses,
     add_health_servicer,
 )
 from petlab.server.common.health import SERVICE_NAME as HEALTH_SERVICE
-from petlab.server.common.transport import ConnectionLimits, raise_descriptor_limit
+from petlab.server.common.options import CommonOptions
+from petlab.server.common.transport import raise_descriptor_limit
 from petlab.server.common.worker_threads import run_in, threaded
-from petlab.server.controller.configuration import (
-    check_identity_gate,
-    controller_identity,
-    load_analysts,
-    load_rules,
-)
-from petlab.server.controller.people import PersonPolicy
-from petlab.server.controller.public_domain import PublicDomain
+from petlab.server.controller.options import ControllerOptions
 from petlab.server.controller.service import ControllerServicer
 from petlab.server.controller.session_store import SessionStore
+from petlab.server.controller.startup import build_controller
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
-from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled, load_csv
-from petlab.server.knn.evaluators import KEY_CACHE_BYTES, Evaluator, LocalEvaluator
-from petlab.server.knn.key_store import KeyStore, StoreCaps
-from petlab.server.knn.key_warmup import WarmupStore
-from petlab.server.knn.model_cache import load_or_compile
+from petlab.server.knn.evaluators import Evaluator
+from petlab.server.knn.key_store import KeyStore
+from petlab.server.knn.options import KnnOptions
 from petlab.server.knn.service import HostedModel, KnnServicer
+from petlab.server.knn.startup import KnnRoom, build_room
+from petlab.server.paillier.options import PaillierOptions
 from petlab.server.paillier.service import PaillierServicer
 
 log = logging.getLogger("petlab.server")
@@ -83,54 +75,42 @@ STOP_MARGIN_SECONDS = 3.0  # RunningServer.stop returns within grace plus this, 
 LOCK_FILE = "server.lock"  # in the data directory: one server per directory
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerOptions:
-    data_dir: Path
-    models: list[str]
-    host: str = "127.0.0.1"
-    port: int = 50051
-    settings: KnnSettings = field(default_factory=KnnSettings)
-    label_column: str = "label"
-    key_idle_seconds: float = 24 * 3600
-    key_cap_bytes: int | None = None  # None: key_owners x owner_max_keys x the largest key set
-    key_owners: int = 16  # owners the default caps make room for
-    key_memory_bytes: int = KEY_CACHE_BYTES  # deserialised key sets kept in memory (server.knn.evaluators)
-    workers: int = 4  # threads for the k-NN room's work (evaluations, key checks) and the baseline's
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    allow_insecure: bool = False
-    analysis_data: Path | None = None
-    analysis_domain: Path | None = None
-    authority_key: Path | None = None
-    analysts: Path | None = None
-    open_analysis: bool = False
-    rules: Path | None = None
-    analysis_cooldown_seconds: float = 3600.0
-    analysis_refusal_budget: int = 3
-    analysis_quota_per_day: int = 1000
-    analysis_audit_seconds: float = 2.0
-    controller_id: str | None = None
-    # The interactive Paillier baseline answers distances and labels for any query and indices: a
-    # caller can reconstruct the training set from a handful of calls. For experiments only.
-    enable_paillier_baseline: bool = False
-    limits: ServiceLimits = field(default_factory=ServiceLimits)
-    bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
-    cluster: ClusterSpec = field(default_factory=ClusterSpec)  # where evaluations run (in-process)
-    # partitions of each model's training set that one query is split over (crypto.knn.split);
-    # 0: automatic (one per worker of the cluster, 1 = whole circuits without a cluster)
-    partitions: int = 0
-    tokens: Path | None = None  # bearer tokens file: identifies callers (server.common.callers)
-    owner_cap_bytes: int | None = None  # per identified owner; None: owner_max_keys key sets
-    owner_max_keys: int = 4
-    controller_threads: int = 2  # threads for the analysis controller's decisions
-    call_seconds: float = 900.0  # server-side time limit of every call (server.common.boundary)
-    send_seconds: float = SEND_SECONDS  # a health watcher takes each status within this
-    connections: ConnectionLimits = field(default_factory=ConnectionLimits)  # server.common.transport
+    """Every room's options, each stated (fields, flags, defaults) in its room; ``data_dir`` is
+    where every room keeps its files."""
 
-    @property
-    def plaintext(self) -> bool:
-        return not (self.tls_cert and self.tls_key)
+    data_dir: Path
+    common: CommonOptions = field(default_factory=CommonOptions)
+    knn: KnnOptions = field(default_factory=KnnOptions)
+    controller: ControllerOptions = field(default_factory=ControllerOptions)
+    paillier: PaillierOptions = field(default_factory=PaillierOptions)
+
+    @classmethod
+    def of(cls, data_dir: Path, **fields: Any) -> ServerOptions:
+        """Options from field names, each given to the room that declares it
+        (``ServerOptions.of(path, port=0, models=["iris"], tokens=file)``: the tests' and the
+        experiments' way); ``TypeError`` for a name no room declares."""
+        given: dict[str, dict[str, Any]] = {room: {} for room in ROOMS}
+        for key, value in fields.items():
+            room = next((room for room, kind in ROOMS.items() if key in _field_names(kind)), None)
+            if room is None:
+                raise TypeError(f"no room of the server has an option {key!r}")
+            given[room][key] = value
+        return cls(data_dir, **{room: ROOMS[room](**values) for room, values in given.items()})
+
+
+#: The rooms' options types, under the field of :class:`ServerOptions` that holds each.
+ROOMS: dict[str, Any] = {
+    "common": CommonOptions,
+    "knn": KnnOptions,
+    "controller": ControllerOptions,
+    "paillier": PaillierOptions,
+}
+
+
+def _field_names(kind: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(kind)}
 
 
 @dataclass
@@ -156,6 +136,18 @@ class Services:
             served.append(CONTROLLER_SERVICE)
         return served
 
+    @classmethod
+    def of(cls, room: KnnRoom, identities: CallerIdentities) -> Services:
+        """The k-NN room's part; the other rooms' servicers are added when they are served."""
+        return cls(
+            room.hosted,
+            room.keys,
+            room.evaluator,
+            room.servicer,
+            identities,
+            prepared_keys=room.prepared_keys,
+        )
+
     def close(self) -> None:
         self.keys.close()
         if self.sessions is not None:
@@ -174,27 +166,24 @@ class AsyncServer:
 
     def __init__(self, options: ServerOptions, services: Services):
         self.options, self.services = options, services
-        self.health = HealthStatuses(options.send_seconds)
+        common = options.common
+        self.health = HealthStatuses(common.send_seconds)
         self.control: HealthControl | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._knn_pool = ThreadPoolExecutor(options.workers, thread_name_prefix="petlab-knn")
-        self._controller_pool = ThreadPoolExecutor(
-            options.controller_threads, thread_name_prefix="petlab-ctl"
-        )
+        self._knn_pool = ThreadPoolExecutor(common.workers, thread_name_prefix="petlab-knn")
+        self._controller_pool = ThreadPoolExecutor(common.controller_threads, thread_name_prefix="petlab-ctl")
         self._paillier_pool = ThreadPoolExecutor(1, thread_name_prefix="petlab-paillier")
         self._expiry: asyncio.Task | None = None
         self._stopped = False
 
     async def start(self) -> int:
-        options, services = self.options, self.services
+        options, services = self.options.common, self.services
+        limits = self.options.knn.limits
         loop = asyncio.get_running_loop()
         self.health.bind(loop)
-        connections = ConnectionLimits(
-            **{
-                **options.connections.__dict__,
-                "connections": raise_descriptor_limit(options.connections.connections),
-            }
+        connections = dataclasses.replace(
+            options.connections, connections=raise_descriptor_limit(options.connections.connections)
         )
         server = grpc.aio.server(
             interceptors=[CallBoundary(options.call_seconds)],
@@ -203,11 +192,11 @@ class AsyncServer:
         services.knn.use_pool(self._knn_pool)
         knn_pb2_grpc.add_KnnServiceServicer_to_server(services.knn, server)
         if services.paillier is not None:
-            slots = FairSlots(1, "Paillier calls", options.limits.evaluation_waiting)
+            slots = FairSlots(1, "Paillier calls", limits.evaluation_waiting)
             paillier = threaded(services.paillier, ("Distances", "Labels"), self._paillier_pool, slots)
             paillier_pb2_grpc.add_PaillierKnnServiceServicer_to_server(paillier, server)
         if services.controller is not None:
-            slots = FairSlots(options.controller_threads, "analyses", options.limits.evaluation_waiting)
+            slots = FairSlots(options.controller_threads, "analyses", limits.evaluation_waiting)
             controller = threaded(
                 services.controller,
                 ("Describe", "OpenSession", "Next"),
@@ -233,7 +222,7 @@ class AsyncServer:
     async def _expire_keys(self) -> None:
         services = self.services
         while True:
-            await asyncio.sleep(min(60.0, self.options.key_idle_seconds / 4))
+            await asyncio.sleep(min(60.0, self.options.knn.key_idle_seconds / 4))
             for key_id in await run_in(self._knn_pool, services.keys.expire):
                 log.info("evaluation key %s expired", key_id)
                 services.evaluator.forget(key_id)  # and its bytes leave the evaluator's memory
@@ -386,236 +375,37 @@ class HealthControl:
         self.publish()
 
 
-def load_models(options: ServerOptions, parts: int = 1) -> dict[str, HostedModel]:
-    """Build, compile (or load from the cache) every ``--model``; with ``parts`` > 1 each as a
-    split module over that many partitions (fewer for a model with fewer points; a family that
-    cannot be split is compiled whole unless ``--partitions`` asked for the split)."""
-    hosted = {}
-    for spec in options.models:
-        name, _, csv_path = spec.partition("=")
-        dataset = load_csv(Path(csv_path), options.label_column, name) if csv_path else load_bundled(name)
-        if name in options.bounds:
-            bounds = load_bounds_file(options.bounds[name], dataset.feature_names)
-        elif not csv_path:
-            bounds = bundled_public_bounds(name)
-        else:
-            raise ValueError(
-                f"model {name}: pass --bounds {name}=FILE with public per-feature ranges (feature,low,high); "
-                "the server never publishes its training set's own minima and maxima"
-            )
-        train, _ = dataset.split()
-        model = build_model(
-            name,
-            train.features,
-            train.labels,
-            options.settings,
-            train.class_names,
-            train.feature_names,
-            public_bounds=bounds,
-        )
-        split = model_parts(model, parts, explicit=options.partitions > 0)
-        compiled = load_or_compile(model, model.circuit_config(), options.data_dir / "models", parts=split)
-        log.info(
-            "model %s ready (%s algorithm, %s, %d PBS per query%s)",
-            name,
-            model.algorithm,
-            "from cache" if compiled.from_cache else f"compiled in {compiled.compile_seconds:.1f} s",
-            compiled.statistics["pbs_count"],
-            f", split over {split} partitions" if split > 1 else "",
-        )
-        hosted[name] = HostedModel(
-            model,
-            compiled.server,
-            dataset=Path(csv_path).name if csv_path else name,
-            graph=compiled.graph,
-        )
-    return hosted
-
-
-def model_parts(model: KnnModel, parts: int, explicit: bool) -> int:
-    """The partitions one model is split over: ``parts``, at most its n, and 1 (whole) for a family
-    that cannot be split, which is an error only when ``--partitions`` asked for a split."""
-    if parts <= 1:
-        return 1
-    if family(model.algorithm).split is None:
-        if explicit:
-            raise ValueError(f"--partitions: the {model.algorithm} family cannot split one query")
-        log.info("model %s: the %s family is evaluated whole, not split", model.name, model.algorithm)
-        return 1
-    return min(parts, model.plan.n)
-
-
-def resolve_partitions(options: ServerOptions, cluster: DaskCluster | None) -> int:
-    """``--partitions``, or automatically: one per worker of the cluster (``--local-workers N``: N;
-    ``--cluster``: the workers the scheduler has now), and 1 (whole circuits) without a cluster."""
-    if options.partitions < 0:
-        raise ValueError("--partitions cannot be negative")
-    if options.partitions:
-        return options.partitions
-    if cluster is None:
-        return 1
-    if options.cluster.local_workers:
-        return options.cluster.local_workers
-    return max(cluster.worker_count(), 1)
-
-
-def analysis_domain(path: Path | None, data: pd.DataFrame) -> PublicDomain:
-    """The public attribute domain (``--analysis-domain``; issue 30): the file given, else the
-    shipped ACS 2013 domain when the data has its columns; never one read off the records."""
-    domain = PublicDomain.load(path) if path is not None else PublicDomain.shipped_for(data)
-    if domain is None:
-        raise ValueError(
-            "the analysis data needs its public attribute domain: --analysis-domain FILE (one line "
-            "per column: its name, then its values)"
-        )
-    return domain
-
-
-def load_analysis_data(path: Path) -> pd.DataFrame:
-    """The controller's confidential data: a CSV loaded once at start."""
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the analysis data {path}: {exc}") from exc
-    if frame.empty:
-        raise ValueError(f"the analysis data {path} has no records")
-    # the columns only: the number of records is a figure of the data that the audit never saw
-    log.info("controller data: columns %s", ", ".join(frame.columns))
-    return frame
-
-
 def check_options(options: ServerOptions, models_given: bool = False) -> None:
-    """Refuse a configuration that must not run (``ValueError`` with a sentence for a person)."""
-    if not options.models and not models_given and not options.analysis_data:
+    """Refuse a configuration that must not run (``ValueError`` with a sentence for a person):
+    nothing to serve, then each room's own checks."""
+    if not options.knn.models and not models_given and not options.controller.analysis_data:
         raise ValueError("nothing to serve: give at least one --model, or --analysis-data")
-    if options.plaintext and not is_loopback_host(options.host) and not options.allow_insecure:
-        raise ValueError(
-            f"refusing plaintext on non-loopback address {options.host}: give "
-            "--tls-cert and --tls-key (or --allow-insecure, for a trusted network)"
-        )
-    if options.workers < 1 or options.controller_threads < 1:
-        raise ValueError("--workers and --controller-threads must be at least 1")
-    options.limits.check(options.workers)
-    options.connections.check()
-    if options.call_seconds <= 0 or options.send_seconds <= 0:
-        raise ValueError("--call-seconds and --send-seconds must be positive")
-    if options.key_memory_bytes <= 0:
-        raise ValueError("--key-memory-mb must be positive")
-    if options.analysis_data:
-        check_identity_gate(options.analysts, options.authority_key, options.open_analysis)
-
-
-def build_evaluator(
-    options: ServerOptions, hosted: dict[str, HostedModel], cluster: DaskCluster | None = None
-) -> Evaluator:
-    """In this process, or on the Dask cluster the options name (``cluster``, if already started)."""
-    servers = {name: h.server for name, h in hosted.items()}
-    graphs = {name: h.graph for name, h in hosted.items() if h.graph is not None}
-    if options.cluster.enabled and hosted:
-        cluster = cluster or DaskCluster.start(options.cluster)
-        try:
-            evaluator = ClusterEvaluator(cluster, servers, graphs)
-        except Exception:
-            cluster.close()
-            raise
-        log.info("evaluations run on the %s", options.cluster.describe())
-        return evaluator
-    if cluster is not None:
-        cluster.close()
-    return LocalEvaluator(servers, graphs, options.key_memory_bytes)
-
-
-def store_caps(options: ServerOptions, hosted: dict[str, HostedModel]) -> StoreCaps:
-    """The key store's caps: those given, else room for ``key_owners`` owners with
-    ``owner_max_keys`` key sets each of the largest hosted model's size (``StoreCaps``)."""
-    largest = max((h.key_size_window[1] for h in hosted.values()), default=1 << 20)
-    default = StoreCaps.for_owners(largest, options.key_owners, options.owner_max_keys)
-    caps = StoreCaps(
-        options.key_cap_bytes if options.key_cap_bytes is not None else default.store_bytes,
-        options.owner_cap_bytes if options.owner_cap_bytes is not None else default.owner_bytes,
-    )
-    if hosted:
-        log.info(
-            "key store: %.0f MiB in all, %.0f MiB per identified owner (a key set is up to %.1f MiB; "
-            "defaults: %d owners x %d key sets)",
-            caps.store_bytes / (1 << 20),
-            caps.owner_bytes / (1 << 20),
-            largest / (1 << 20),
-            options.key_owners,
-            options.owner_max_keys,
-        )
-    if hosted and min(caps.store_bytes, caps.owner_bytes) < largest:
-        log.warning(
-            "the key caps leave no room for one key set of the largest model: uploads will be refused"
-        )
-    return caps
+    options.common.check()
+    options.knn.check(options.common.workers)
+    options.controller.check()
 
 
 def build_services(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) -> Services:
-    """Every servicer and store of the server (models compiled or loaded from the cache unless
+    """Every room's servicer and stores (the k-NN models compiled or loaded from the cache unless
     given); no socket is opened."""
     check_options(options, models_given=bool(hosted))
+    common = options.common
     start_concrete_runtime()  # before any evaluation thread: concrete's SIGPIPE handler is undone
     private_directory(options.data_dir, "to keep the server's data there")
-    starts_cluster = options.cluster.enabled and hosted is None and bool(options.models)
-    cluster = DaskCluster.start(options.cluster) if starts_cluster else None  # its size sets --partitions
-    try:
-        if hosted is None:
-            hosted = load_models(options, resolve_partitions(options, cluster))
-    except BaseException:
-        if cluster is not None:
-            cluster.close()
-        raise
-    identities = caller_identities(options.tokens, bool(not options.plaintext and options.tls_client_ca))
-    caps = store_caps(options, hosted)
-    quota = owner_quota(identities, caps.owner_bytes, options.owner_max_keys, caps.store_bytes)
-    if options.tokens and options.plaintext and not is_loopback_host(options.host):
+    identities = caller_identities(common.tokens, bool(not common.plaintext and common.tls_client_ca))
+    if common.tokens and common.plaintext and not is_loopback_host(common.host):
         log.warning("bearer tokens over plaintext (--allow-insecure): anyone on the path can read them")
-    if identities.enforced:
-        log.info(
-            "callers identified by %s; per-owner quota %d bytes, %d key sets",
-            "bearer token" if options.tokens else "client certificate",
-            quota.max_bytes if quota else 0,
-            quota.max_keys if quota else 0,
-        )
-    keys = KeyStore(options.data_dir / "keys", caps.store_bytes, options.key_idle_seconds, quota=quota)
-    evaluator = build_evaluator(options, hosted, cluster)
-    knn = KnnServicer(
-        hosted, keys, evaluator, WarmupStore(options.data_dir / "warmup"), options.limits, identities
-    )
-    services = Services(hosted, keys, evaluator, knn, identities)
-    services.prepared_keys = knn.prepare_stored_keys()  # before the port opens: no first-query penalty
-    if services.prepared_keys:
-        log.info("prepared %d stored evaluation key set(s)", services.prepared_keys)
-    if options.enable_paillier_baseline:
+    room = build_room(options.knn, options.data_dir, identities, hosted)
+    services = Services.of(room, identities)
+    if options.paillier.enable_paillier_baseline:
         log.warning(
             "the Paillier baseline is enabled: it reveals distances to, and labels of, the training "
             "points, so any caller can reconstruct the training set; serve it to trusted experiments only"
         )
-        services.paillier = PaillierServicer({name: h.model for name, h in hosted.items()}, identities)
-    if options.analysis_data is not None:
-        analysis_data = load_analysis_data(options.analysis_data)
-        rules = load_rules(options.rules)
-        services.sessions = SessionStore(options.data_dir / "sessions.sqlite")
-        services.controller = ControllerServicer(
-            analysis_data,
-            services.sessions,
-            rules,
-            authority_key=load_public_key(options.authority_key.read_bytes())
-            if options.authority_key
-            else None,
-            analysts=load_analysts(options.analysts) if options.analysts else None,
-            policy=PersonPolicy(
-                options.analysis_refusal_budget,
-                options.analysis_cooldown_seconds,
-                options.analysis_quota_per_day,
-            ),
-            identity=controller_identity(
-                options.analysis_data, rules, options.data_dir, options.controller_id
-            ),
-            diagnostics=options.data_dir / "controller-diagnostics.log",
-            domain=analysis_domain(options.analysis_domain, analysis_data),
-            audit_seconds=options.analysis_audit_seconds,
+        services.paillier = PaillierServicer({name: h.model for name, h in room.hosted.items()}, identities)
+    if options.controller.analysis_data is not None:
+        services.controller, services.sessions = build_controller(
+            options.controller, options.controller.analysis_data, options.data_dir
         )
     return services
 
@@ -648,7 +438,7 @@ def start(options: ServerOptions, hosted: dict[str, HostedModel] | None = None) 
     return running
 
 
-def _bind(server: grpc.aio.Server, options: ServerOptions) -> int:
+def _bind(server: grpc.aio.Server, options: CommonOptions) -> int:
     address = f"{options.host}:{options.port}"
     if options.tls_cert and options.tls_key:
         client_ca = options.tls_client_ca.read_bytes() if options.tls_client_ca else None

@@ -30,6 +30,7 @@ from petlab.server.app import (
     lock_directory,
     release_directory,
 )
+from petlab.server.common import stop_signals
 from petlab.server.common.event_loop import keep_grpc_aio
 from petlab.server.flags import add_serve_arguments, serve_options
 
@@ -45,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    stop_signals.hold()  # before any thread starts (server.common.stop_signals)
+    taker = stop_signals.SignalTaker(end_while_starting)
     try:
         options = serve_options(args)
     except ValueError as exc:  # a bad flag combination: exit status 2
@@ -67,13 +70,26 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_directory(lock)
         raise
-    status = asyncio.run(serve_until_signal(options, services, args))
+    status = asyncio.run(serve_until_signal(options, services, taker))
     release_directory(lock)
     end_process(status)
 
 
-async def serve_until_signal(options: ServerOptions, services: Services, args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT, then drain; the exit status the signal calls for."""
+def end_while_starting(signum: int) -> None:
+    """A signal before the server listens: SIGTERM and SIGINT end the process at once with their
+    exit status (nothing to drain yet); SIGUSR1 has no server to put in maintenance."""
+    if signum == signal.SIGUSR1:
+        log.info("signal %d: not serving yet, ignored", signum)
+        return
+    log.info("signal %d before the server listens: exiting", signum)
+    end_process(EXIT_STATUS[signal.Signals(signum)])
+
+
+async def serve_until_signal(
+    options: ServerOptions, services: Services, taker: stop_signals.SignalTaker
+) -> int:
+    """Serve until SIGTERM or SIGINT (taken by ``taker``), then drain for ``--grace`` seconds; the
+    exit status the signal calls for."""
     loop = asyncio.get_running_loop()
     keep_grpc_aio()  # on this loop, before any grpc object (server.common.event_loop)
     server = AsyncServer(options, services)
@@ -82,15 +98,16 @@ async def serve_until_signal(options: ServerOptions, services: Services, args: a
     except (OSError, RuntimeError) as exc:  # the port is taken
         log.error("%s", exc)
         return 1
-    if args.port_file:
-        args.port_file.write_text(str(port))
+    grace, port_file = options.common.grace, options.common.port_file
+    if port_file:
+        port_file.write_text(str(port))
     stopping: asyncio.Future[int] = loop.create_future()
     maintenance = [False]
 
     def stop(signum: int) -> None:
         if not stopping.done():
-            log.info("signal %d: draining for up to %.0f s", signum, args.grace)
-            exit_deadline(args.grace + FORCE_MARGIN_SECONDS, EXIT_STATUS[signal.Signals(signum)])
+            log.info("signal %d: draining for up to %.0f s", signum, grace)
+            exit_deadline(grace + FORCE_MARGIN_SECONDS, EXIT_STATUS[signal.Signals(signum)])
             stopping.set_result(signum)
 
     def toggle_maintenance() -> None:
@@ -102,11 +119,12 @@ async def serve_until_signal(options: ServerOptions, services: Services, args: a
         )
         server.set_maintenance(maintenance[0])
 
-    for stopping_signal in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(stopping_signal, stop, stopping_signal)
-    loop.add_signal_handler(signal.SIGUSR1, toggle_maintenance)
+    def on_signal(signum: int) -> None:  # on the event loop
+        toggle_maintenance() if signum == signal.SIGUSR1 else stop(signum)
+
+    taker.reroute(lambda signum: loop.call_soon_threadsafe(on_signal, signum))
     signum = await stopping
-    await server.stop(args.grace)
+    await server.stop(grace)
     with contextlib.suppress(TimeoutError):  # the stores commit every change; closing is tidiness
         await asyncio.wait_for(loop.run_in_executor(None, services.close), STOP_MARGIN_SECONDS)
     log.info("stopped")

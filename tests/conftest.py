@@ -3,6 +3,7 @@ that needs a running server starts it the same way (:func:`serving`, the ``serve
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import threading
@@ -39,6 +40,40 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: Past pytest-timeout's limit (pyproject.toml): a hang that holds the interpreter's lock (a thread
+#: inside a C library, where pytest-timeout's own thread cannot run) still ends the test process.
+HANG_EXIT_SECONDS = 330
+#: Where that process's stacks go (pytest captures the test's own stderr, which a crash loses);
+#: the session prints the file at its end.
+HANG_LOG = Path(__file__).resolve().parents[1] / ".petlab-cache" / "hung-tests.log"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controlling process, once
+        HANG_LOG.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """faulthandler's C thread, which needs no interpreter lock, writes every thread's stack to
+    :data:`HANG_LOG` and ends the process with status 1 if a test is still running after
+    :data:`HANG_EXIT_SECONDS` (under pytest-xdist the session reports the test as crashed and goes
+    on with a new worker)."""
+    HANG_LOG.parent.mkdir(exist_ok=True)
+    with HANG_LOG.open("a") as log:  # written only by a hung test (its stack names it)
+        faulthandler.dump_traceback_later(HANG_EXIT_SECONDS, exit=True, file=log)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if HANG_LOG.exists() and HANG_LOG.stat().st_size:
+        terminalreporter.section(f"hung tests: every thread's stack ({HANG_LOG})")
+        terminalreporter.write(HANG_LOG.read_text(errors="replace"))
+
 
 # the longest a worker waits for another to compile a circuit and generate its keys
 SHARED_BUILD_TIMEOUT = 600
@@ -219,11 +254,11 @@ def recut() -> Callable[[bytes], bytes]:
 def serving(
     data_dir: Path, hosted: dict[str, HostedModel] | None = None, **options
 ) -> Iterator[RunningServer]:
-    """The one way the tests start a server: ``start(ServerOptions(...))`` on a free loopback port
+    """The one way the tests start a server: ``start(ServerOptions.of(...))`` on a free loopback port
     (``port=0``), no models unless given, stopped with a one-second grace on exit (stopping twice is
     harmless, so a test may stop it itself)."""
-    settings = {"data_dir": data_dir, "models": [], "port": 0, **options}
-    running = start(ServerOptions(**settings), hosted)
+    settings = {"models": [], "port": 0, **options}
+    running = start(ServerOptions.of(data_dir, **settings), hosted)
     try:
         yield running
     finally:

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     )
     synthetic = write_od(args.out, commutes.blocks, result.destination, result.origin, result.count)
     print(f"wrote {args.out}: {len(synthetic)} O/D pairs, {int(synthetic.S000.sum())} workers")
-    save_diagnostics(args.diagnostics, dict(result.stats))
+    save_diagnostics(args.diagnostics, result.stats.as_dict())
     print_report(result.privacy.lines(), args.seed is not None)
     return 0
 
@@ -87,6 +87,6 @@ def _on_cluster(args: argparse.Namespace, spec: ClusterSpec, commutes: Commutes)
         f"wrote {args.out}/: {len(result.paths)} Parquet parts, {result.synthetic_pairs} O/D pairs, "
         f"{result.synthetic_workers} workers"
     )
-    save_diagnostics(args.diagnostics, dict(result.stats))
+    save_diagnostics(args.diagnostics, {**result.stats.as_dict(), "partitions": result.partitions})
     print_report(result.privacy.lines(), args.seed is not None)
     return 0

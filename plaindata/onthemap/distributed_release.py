@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,7 @@ import pandas as pd
 
 from petlab.plaindata.dp.privacy_cost import PrivacyCost
 from petlab.plaindata.onthemap.block_grid import BlockGrid
-from petlab.plaindata.onthemap.release import DistanceBands, release
+from petlab.plaindata.onthemap.release import DistanceBands, ReleaseDiagnostics, release
 from petlab.plaindata.onthemap.statement import PriorSummary, release_cost
 from petlab.plaindata.secure_random import partition_generator
 
@@ -48,18 +48,6 @@ log = logging.getLogger(__name__)
 PART_NAME = "part-{:05d}.parquet"
 RETRIES = 2  # Dask's reruns of a partition's task that raised
 ATTEMPTS = 3  # sends of a partition's pairs (they are lost with the worker that holds them)
-ADDITIVE_STATS = (
-    "destinations",
-    "input_pairs",
-    "beyond_pairs",
-    "beyond_workers",
-    "workers",
-    "inside_workers",
-    "synthetic_beyond_workers",
-    "rejected_draws",
-    "synthetic_pairs",
-    "workers_from_empty_blocks",
-)
 
 
 @dataclass(frozen=True)
@@ -78,7 +66,7 @@ class PartResult:
     part: int
     path: str
     priors: PriorSummary
-    stats: dict[str, float]
+    stats: ReleaseDiagnostics
     synthetic_pairs: int
     synthetic_workers: int
 
@@ -87,7 +75,8 @@ class PartResult:
 class DistributedRelease:
     paths: list[str]
     privacy: PrivacyCost
-    stats: dict[str, float]  # confidential diagnostics
+    stats: ReleaseDiagnostics  # confidential, over every partition
+    partitions: int  # that held destinations (one written part each)
     synthetic_pairs: int  # of the written release
     synthetic_workers: int
     root_entropy: int  # the SeedSequence root; a secret for a real release (it replays every draw)
@@ -174,6 +163,37 @@ def release_on_cluster(
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(partitions + 1))
     pending = {p: order[bounds[p] : bounds[p + 1]] for p in range(partitions) if bounds[p + 1] > bounds[p]}
+    done = _run_partitions(
+        client, pending, (destination, origin, count), grid, block_names, settings, root_entropy, seed, out
+    )
+    parts = [done[p] for p in sorted(done)]
+    priors = PriorSummary.combine([r.priors for r in parts])
+    bands = settings.bands
+    return DistributedRelease(
+        [r.path for r in parts],
+        release_cost(settings.epsilon, settings.delta, bands.keep, bands.edges_miles[-1], priors),
+        combine_diagnostics([r.stats for r in parts]),
+        len(parts),
+        sum(r.synthetic_pairs for r in parts),
+        sum(r.synthetic_workers for r in parts),
+        root_entropy,
+    )
+
+
+def _run_partitions(
+    client,
+    pending: dict[int, np.ndarray],
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    grid: BlockGrid,
+    block_names: np.ndarray,
+    settings: ReleaseSettings,
+    root_entropy: int,
+    seed: int | None,
+    out: str,
+) -> dict[int, PartResult]:
+    """Each partition's task (``pending``: the rows of ``pairs`` per partition), sent again while
+    a worker that held its pairs died (at most :data:`ATTEMPTS` sends)."""
+    destination, origin, count = pairs
     done: dict[int, PartResult] = {}
     shared = None
     for attempt in range(ATTEMPTS):
@@ -187,7 +207,7 @@ def release_on_cluster(
             p: client.submit(
                 release_partition,
                 p,
-                pairs,
+                part_pairs,
                 *shared,
                 settings,
                 root_entropy,
@@ -196,7 +216,7 @@ def release_on_cluster(
                 retries=RETRIES,
                 pure=False,
             )
-            for p, pairs in zip(pending, data, strict=True)
+            for p, part_pairs in zip(pending, data, strict=True)
         }
         for p, future in futures.items():
             try:
@@ -208,17 +228,7 @@ def release_on_cluster(
         pending = {p: rows for p, rows in pending.items() if p not in done}
         if not pending:
             break
-    parts = [done[p] for p in sorted(done)]
-    priors = PriorSummary.combine([r.priors for r in parts])
-    bands = settings.bands
-    return DistributedRelease(
-        [r.path for r in parts],
-        release_cost(settings.epsilon, settings.delta, bands.keep, bands.edges_miles[-1], priors),
-        combine_stats(parts),
-        sum(r.synthetic_pairs for r in parts),
-        sum(r.synthetic_workers for r in parts),
-        root_entropy,
-    )
+    return done
 
 
 def _killed_workers(exc: Exception) -> bool:
@@ -228,15 +238,23 @@ def _killed_workers(exc: Exception) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def combine_stats(parts: list[PartResult]) -> dict[str, float]:
-    stats: dict[str, float] = {key: sum(r.stats[key] for r in parts) for key in ADDITIVE_STATS}
-    stats["max_domain"] = max(r.stats["max_domain"] for r in parts)
-    stats["rounds"] = max(r.stats["rounds"] for r in parts)
-    total = max(stats["destinations"], 1)
-    for key in ("mean_kept_empty_blocks", "mean_prior_mass"):
-        stats[key] = sum(r.stats[key] * r.stats["destinations"] for r in parts) / total
-    stats["partitions"] = len(parts)
-    return stats
+def combine_diagnostics(parts: list[ReleaseDiagnostics]) -> ReleaseDiagnostics:
+    """One release's diagnostics from its partitions': counts add up, the largest domain and the
+    most rounds are the partitions' maxima, the means are weighted by destinations."""
+    destinations = sum(p.destinations for p in parts)
+    weighted = max(destinations, 1)
+    additive = {
+        f.name: sum(getattr(p, f.name) for p in parts)
+        for f in fields(ReleaseDiagnostics)
+        if f.name not in ("max_domain", "rounds", "mean_kept_empty_blocks", "mean_prior_mass")
+    }
+    return ReleaseDiagnostics(
+        **additive,
+        max_domain=max(p.max_domain for p in parts),
+        rounds=max(p.rounds for p in parts),
+        mean_kept_empty_blocks=sum(p.mean_kept_empty_blocks * p.destinations for p in parts) / weighted,
+        mean_prior_mass=sum(p.mean_prior_mass * p.destinations for p in parts) / weighted,
+    )
 
 
 def read_release(out_dir: str | Path) -> pd.DataFrame:

@@ -4,56 +4,20 @@ Algorithm 1 draws, per destination block d, p ~ Dirichlet(n(d) + alpha(d)) and t
 m(d) ~ Multinomial(p, m). This module computes the prior sample alpha that the theorems require,
 in log space throughout:
 
-* Theorem 4.1 (pure eps-DP): the worst case of equation (1) is (m + min alpha) / min alpha, so
-  eps-DP holds iff every alpha_i >= m / (e^eps - 1). (The paper's example: m = 10^6, eps = 7 needs
-  about 913 per origin block; it prints 914, the next integer above 912.7.)
-* Definition 7, the reference 0-sample: f(x) = min(m, c (a1 + max(x - 1, 0))) and
-  rho(n, m, a1, a2, c) = max over integers 0 <= x < n of
-  C(m, f(x)) B(x + f(x) + a1, n - x + m - f(x) + a2) / B(x + a1, n - x + a2),
-  a beta-binomial probability; C and B are taken through the gamma function, so f need not be an
-  integer.
-* Theorem 4.4: for eps > ln 3 and m(d) = n(d), Algorithm 1 is (eps, delta)-probabilistically DP if
-  for every d, rho(n, m, min alpha, |alpha| - min alpha, e^eps - 1) <= delta (e^eps - 2) / (2 k e^eps),
-  k the size of the origin domain. :func:`pdp_alpha` finds the smallest uniform alpha by bisection.
-* Union-tail form of Theorem 4.4 (used by the release pipeline). Theorems 4.3 and 4.4 bound the
-  probability that the output leaves gamma-Rep(X) = {S : m_i <= gamma (alpha + [n_i - 1]^+)},
-  gamma = e^eps - 1, because on gamma-Rep no neighbour changes the likelihood by more than e^eps.
-  With a uniform alpha = a over k blocks and m = n, block i's synthetic count is
-  BetaBinomial(n; n_i + a, n - n_i + (k - 1) a), so by the union bound over blocks, for every X,
-  P(S not in gamma-Rep(X)) <= k T(0) + min(k, n) max_{1 <= x <= n} T(x), with
-  T(x) = P(BetaBinomial(n; x + a, n - x + (k - 1) a) > gamma (a + [x - 1]^+))
-  (at most n blocks are non-empty). Theorem 4.4 bounds the same probability through the point
-  mass rho at the boundary and a geometric tail factor; the exact tails are tighter (a smaller
-  alpha for the same (eps, delta), ``tests/plaindata/onthemap/test_onthemap_privacy.py``) and always admit a
-  solution: a = n / gamma (Theorem 4.1's pure-DP prior) makes every tail empty. :func:`union_tail_alpha`
-  searches it; :func:`log_union_tail` evaluates the bound for many (n, k, a) at once, with the
-  tails summed term by term (:func:`log_beta_binomial_sf`; scipy's 1 - cdf lost them) and a
-  relative margin of 1e-9 upwards. With the release's beyond cell (prior n / gamma, which never
-  leaves gamma-Rep) the union runs over the inside blocks only and every tail sees the cell's
-  prior mass: :func:`shrunk_union_tail_alphas`.
-* Accept/reject (Section V-A, Lemma 5.2, whose eps is garbled in the extraction; derived here for
-  a mechanism A; the release applies it to Algorithms 2 and 1 together, see its docstring).
-  A^{a/r} reruns A until the output lies in gamma-Good(X), the union of gamma-Rep(X')
-  over the neighbours X' of X (X itself included). Let p bound P(A(X) not in gamma-Rep(X)) for
-  every X. For neighbours X, X' and an output S in gamma-Rep(X): S is in gamma-Good(X) and in
-  gamma-Good(X') (X is a neighbour of X'), so
-  P(A^{a/r}(X) = S) / P(A^{a/r}(X') = S)
-    = [P(A(X) = S) / P(A(X') = S)] * [P(A(X') in Good(X')) / P(A(X) in Good(X))].
-  The first factor lies in [1/(gamma + 1), gamma + 1] (Theorem 4.3: gamma-Rep(X) is outside the
-  disclosure set for ln(gamma + 1)); each probability of Good is in [1 - p, 1], so the second
-  factor lies in [1 - p, 1/(1 - p)]. Hence eps_ar = ln((gamma + 1) / (1 - p)). The accepted output
-  leaves gamma-Rep(X) with probability q / (r + q) <= 1 - r <= p (r = P(Rep), q = P(Good minus Rep),
-  r + q <= 1), so delta = p. With gamma = e^eps - 1 and alpha chosen so that p <= delta, the
-  accept/reject release is (eps - ln(1 - delta), delta)-probabilistically DP: the cost of never
-  publishing an unrepresentative table is -ln(1 - delta) ~ delta in eps.
-  Membership in gamma-Good for within-destination neighbours (one worker of d moves from origin j
-  to origin l; n(d) = m(d) is public, Section IV): S is good iff no cell violates gamma-Rep(X), or
-  exactly one cell c does, adding a worker to c repairs it (m_c <= gamma (alpha + n_c)), and some
-  other non-empty origin j can lose a worker without violating (m_j <= gamma (alpha + [n_j - 2]^+)).
-  An empty block that violates can never be repaired (its bound gamma alpha does not move).
-* Theorem 5.2 (domain shrinking, Algorithm 2): with empty origin blocks kept with probability
-  f_d(i), eps' = eps + max_i ln(1 / f_d(i)) + max_i ceil(alpha_i) ln 2. Section VI: eps = 4.6,
-  min f = 0.0378, max ceil(alpha) = 1 give eps' = 8.57, "about 8.6".
+* Theorem 4.1 (pure eps-DP): every alpha_i >= m / (e^eps - 1) (:func:`dp_alpha`).
+* Definition 7's reference 0-sample rho (:func:`log_rho`) and Theorem 4.4's smallest uniform alpha
+  (:func:`pdp_alpha`, bisection).
+* The union-tail form of Theorem 4.4 that the release uses: exact beta-binomial tails, summed
+  term by term (:func:`log_beta_binomial_sf`, :func:`log_union_tail`, :func:`union_tail_alpha`),
+  and with the release's beyond cell :func:`shrunk_union_tail_alphas`.
+* Accept/reject (Section V-A, Lemma 5.2, derived for a mechanism A): membership in gamma-Good
+  (:func:`gamma_good`, :func:`gamma_good_by_group`) and eps_ar = ln((gamma + 1) / (1 - p)),
+  delta = p (:func:`accept_reject_epsilon`).
+* Theorem 5.2 (domain shrinking, Algorithm 2): eps' = eps + max_i ln(1 / f_d(i)) + max_i
+  ceil(alpha_i) ln 2 (:func:`shrunk_epsilon`; Section VI: eps = 4.6, min f = 0.0378 give 8.57).
+
+The derivations, each theorem's statement and the conditions it needs are on the documentation
+site: ``docs/explanation/proofs/onthemap.md``.
 """
 
 from __future__ import annotations
@@ -78,7 +42,7 @@ def worst_case_ratio(m: int, min_alpha: float) -> float:
 
 
 def log_rho(n: int, m: int, a1: float, a2: float, c: float) -> float:
-    """log of Definition 7's rho (module docstring), maximised over x = 0..n-1."""
+    """log of Definition 7's rho (docs/explanation/proofs/onthemap.md), maximised over x = 0..n-1."""
     if n < 1 or m < 0 or a1 <= 0 or a2 <= 0 or c <= 0:
         raise ValueError("rho needs n >= 1, m >= 0 and positive a1, a2, c")
     x = np.arange(n, dtype=float)
@@ -176,7 +140,7 @@ TAIL_MARGIN = 1e-9  # relative, upwards: the bound is never below the exact tail
 
 
 def log_union_tail(n, k, a, c, empty_blocks=None, shrunk: bool = False, beyond_mass=0.0) -> np.ndarray:
-    """log of E T(0) + O max_x T(x) (module docstring) for arrays of (n, k, a); c = gamma.
+    """log of E T(0) + O max_x T(x) (docs/explanation/proofs/onthemap.md) for arrays of (n, k, a); c = gamma.
     The tails T are taken at domain size k (plus ``beyond_mass``, the prior of the beyond cell,
     which every inside cell's tail sees in its second beta parameter); E, the number of empty
     blocks the union runs over, is k unless ``empty_blocks`` is given, and O, the number of
@@ -228,7 +192,7 @@ def union_tail_alphas(
     beyond: bool = False,
 ) -> np.ndarray:
     """For each public (n, k): a uniform alpha with P(S not in gamma-Rep(X)) <= delta for every X
-    (union-tail form, module docstring), all pairs at once.
+    (union-tail form, docs/explanation/proofs/onthemap.md), all pairs at once.
 
     The bound is not monotone in alpha (the floor in the tail's threshold makes it jump where
     gamma alpha crosses an integer), so bisection from [0, n / gamma] could stop at a large
@@ -343,17 +307,17 @@ def shrunk_union_tail_alphas(
     number of blocks inside the last band (public).
 
     Derivation. Given the kept domain D' (k' inside blocks, e' of them empty, and the beyond cell
-    B), Algorithm 1 runs on D', and by the union bound P(S not in gamma-Rep | D') is at most the
-    sum over cells of the probability that the cell exceeds its gamma-Rep bound. B never does
-    (gamma alpha_B = n). An inside cell with x real workers has the synthetic count
-    BetaBinomial(n; x + a, n - x + (k' - 1) a + alpha_B), whose tail T_{k'}(x) (module docstring)
-    is non-increasing in its second parameter (the Beta share falls as beta grows, and the
-    binomial mixture keeps the order), so non-increasing in k'. Hence, for k' >= max(k_low, 1)
-    (the cell itself is kept) and e' <= E = min(empty_high, inside_blocks) (no more empty blocks
-    than there are blocks), the bound is at most E T_{k_low}(0) + n max_x T_{k_low}(x) (at most n
-    inside blocks are non-empty), which :func:`log_union_tail` evaluates with k = max(k_low, 1),
-    E, ``shrunk`` and the beyond mass. The search never returns more than n / gamma (Theorem 4.1's
-    prior, for which every tail is empty whatever the domain).
+    B), Algorithm 1 runs on D', and by the union bound P(S not in gamma-Rep | D') is at most the sum
+    over cells of the probability that the cell exceeds its gamma-Rep bound. B never does (gamma
+    alpha_B = n). An inside cell with x real workers has the synthetic count BetaBinomial(n; x + a,
+    n - x + (k' - 1) a + alpha_B), whose tail T_{k'}(x) (the union-tail form,
+    docs/explanation/proofs/onthemap.md) is non-increasing in its second parameter (the Beta share
+    falls as beta grows, and the binomial mixture keeps the order), so non-increasing in k'. Hence,
+    for k' >= max(k_low, 1) (the cell itself is kept) and e' <= E = min(empty_high, inside_blocks)
+    (no more empty blocks than there are blocks), the bound is at most E T_{k_low}(0) + n max_x
+    T_{k_low}(x) (at most n inside blocks are non-empty), which :func:`log_union_tail` evaluates
+    with k = max(k_low, 1), E, ``shrunk`` and the beyond mass. The search never returns more than n
+    / gamma (Theorem 4.1's prior, for which every tail is empty whatever the domain).
 
     To bound the number of searches, destinations are grouped by n and by k rounded *down* and E
     rounded *up* to a geometric grid (``bins_per_octave`` steps per doubling): each group's alpha
@@ -389,7 +353,7 @@ def union_tail_alpha(n: int, epsilon: float, delta: float, k: int) -> float:
 
 
 def accept_reject_epsilon(epsilon: float, delta: float) -> float:
-    """Lemma 5.2 as derived in the module docstring: eps - ln(1 - delta)."""
+    """Lemma 5.2 as derived in docs/explanation/proofs/onthemap.md: eps - ln(1 - delta)."""
     if not 0 <= delta < 1:
         raise ValueError("delta lies in [0, 1)")
     return epsilon - math.log1p(-delta)
@@ -452,16 +416,3 @@ def shrunk_epsilon(epsilon: float, min_keep_probability: float, max_ceil_alpha: 
     if not 0 < min_keep_probability <= 1:
         raise ValueError("keep probabilities lie in (0, 1]")
     return epsilon + math.log(1 / min_keep_probability) + max_ceil_alpha * math.log(2)
-
-
-def dirichlet_multinomial_logpmf(m: np.ndarray, n: np.ndarray, alpha: np.ndarray) -> float:
-    """log P(m | n, alpha) of Algorithm 1 for one destination (used for exact checks)."""
-    m, posterior = np.asarray(m, dtype=float), np.asarray(n, dtype=float) + np.asarray(alpha, dtype=float)
-    total = m.sum()
-    return float(
-        gammaln(total + 1)
-        - gammaln(m + 1).sum()
-        + gammaln(posterior.sum())
-        - gammaln(posterior.sum() + total)
-        + (gammaln(m + posterior) - gammaln(posterior)).sum()
-    )

@@ -29,52 +29,22 @@ within its destination. Per destination d:
    that are empty for d, distinct. The cost grows with the number of O/D pairs and synthetic
    workers, not with k(d).
 
-Privacy (derived here; the statement is :func:`petlab.plaindata.onthemap.statement.release_cost`).
-Write X for one destination's counts over the cells, D for a data set and X1 = X0 + e_i, X2 =
-X0 + e_j for D with one worker x put at origin i or j (X0: D without x). The disclosure set
-Disc(D, eps') (Definitions 5-6) holds the outputs m whose likelihoods under some such X1, X2
-differ by more than e^eps'.
-
-(a) Theorem 4.3 with per-cell priors. On a fixed domain K containing i and j,
-    P1(m | X1, K) / P1(m | X2, K) = (m_i + X0_i + alpha_i) / (X0_i + alpha_i) * (X0_j + alpha_j) /
-    (m_j + X0_j + alpha_j) <= 1 + m_i / (X0_i + alpha_i), and X0_i >= [D_i - 1]^+, so on
-    gamma-Rep(D) = {m : m_c <= gamma (alpha_c + [D_c - 1]^+) for every cell c} the ratio is at
-    most 1 + gamma = e^eps. B is a cell like any other here; nothing needs uniform priors.
-(b) Theorem 5.2 for the shrinking. Couple the keep decisions of the cells other than i and j (R,
-    the same law under X1 and X2). Cell j is kept under X1 w.p. phi_j = 1 if X0_j >= 1, else f_j.
-    P_A(m | X1) = sum_R P(R) [phi_j P1(m | X1, R+i+j) + (1 - phi_j) P1(m | X1, R+i)], and
-    P_A(m | X2) >= f_min sum_R P(R) P1(m | X2, R+i+j). If m_j > 0 the second term is 0; otherwise
-    dropping the empty cell j (prior a, since B is never dropped) only changes the normalising
-    Gamma ratio, prod_{t<N} (s + a + t) / (s + t) <= 2^ceil(a) for s = A_{R+i} + N >= N. So on
-    gamma-Rep(D), P_A(m | X1) / P_A(m | X2) <= e^eps 2^ceil(a) / f_min. B's prior does not enter:
-    B is always kept.
-(c) The probability of leaving gamma-Rep. It is at most P(the kept domain is outside the public
-    bounds) <= 2 x 0.1 delta plus, within them, the union bound over cells, <= 0.8 delta by the
-    choice of alpha (:func:`~petlab.plaindata.onthemap.privacy.shrunk_union_tail_alphas`; B
-    contributes nothing, and its prior mass only lowers the other cells' tails). So p = delta
-    bounds it for every X.
-(d) Lemma 5.2 for the whole pipeline. For m in gamma-Rep(D), m is in gamma-Good(X1) and
-    gamma-Good(X2) (D neighbours both), so P_ar(m | X1) / P_ar(m | X2) = [P_A(m | X1) / P_A(m |
-    X2)] [P_A(Good(X2) | X2) / P_A(Good(X1) | X1)] <= e^eps 2^ceil(a) / (f_min (1 - delta)): each
-    acceptance probability lies in [1 - delta, 1] because the rejection redraws the domain too
-    (with the domain kept, an acceptance probability is bounded below only on domains within the
-    bounds). The accepted output leaves gamma-Rep(D) w.p. q / (r + q) <= 1 - r <= delta (r =
-    P_A(Rep), q = P_A(Good minus Rep)). So Disc(D, eps') lies outside gamma-Rep(D), and the
-    release is (eps', delta)-probabilistically DP per destination with
-    eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta).
-
-``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` computes the law of the whole pipeline exactly on
-small geographies, for every data set and every relocation of a worker (across the edge too), and
-checks P(Disc(D, eps')) <= delta; the old pipeline (workers beyond dropped, n(d) the inside count)
-fails it with probability 1. Everything printed is a function of eps, delta, the bands and the
-priors, which depend on N(d) and the geography only; figures computed from the data (pairs and
-workers beyond, rejected draws, prior mass of the kept domain) are confidential diagnostics.
+Privacy: (eps', delta)-probabilistically DP per destination, for one worker's origin moved within
+its destination (across the last band's edge too), with
+eps' = eps + ln(1 / min f) + max_d ceil(alpha(d)) ln 2 - ln(1 - delta)
+(:func:`petlab.plaindata.onthemap.statement.release_cost`). The proof (Theorem 4.3 with per-cell
+priors, Theorem 5.2 for the shrinking, the probability of leaving gamma-Rep, Lemma 5.2 for the
+whole pipeline) is on the documentation site: ``docs/explanation/proofs/onthemap.md``.
+``tests/plaindata/onthemap/test_onthemap_exact_pipeline.py`` checks it on the pipeline's exact law.
+Everything printed is a function of eps, delta, the bands and the priors, which depend on N(d) and
+the geography only; figures computed from the data are confidential diagnostics
+(:class:`ReleaseDiagnostics`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -115,6 +85,31 @@ class DistanceBands:
         return np.ceil(np.asarray(self.edges_miles) / cell_miles).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class ReleaseDiagnostics:
+    """Figures computed from the data: confidential diagnostics (``petlab-synth onthemap
+    --diagnostics`` writes them; nothing prints them). Workers and pairs "beyond" are those
+    beyond the last band (the cell B of each destination)."""
+
+    destinations: int
+    input_pairs: int
+    beyond_pairs: int
+    beyond_workers: int
+    workers: int  # the sum of the public N(d)
+    inside_workers: int
+    synthetic_beyond_workers: int
+    max_domain: int  # the largest number of inside blocks of a destination
+    mean_kept_empty_blocks: float  # per destination, of the accepted draw
+    mean_prior_mass: float  # per destination, of the accepted draw's kept domain and B
+    rejected_draws: int
+    rounds: int
+    synthetic_pairs: int
+    workers_from_empty_blocks: int
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
 @dataclass
 class OnTheMapRelease:
     destination: np.ndarray  # block index per synthetic O/D pair
@@ -124,7 +119,7 @@ class OnTheMapRelease:
     priors: PriorSummary
     destinations: np.ndarray  # the destination blocks, and
     alpha: np.ndarray  # the prior per inside origin block chosen for each (public: N(d), geography)
-    stats: dict[str, float] = field(default_factory=dict)  # confidential diagnostics
+    stats: ReleaseDiagnostics  # confidential
     kept_domain: np.ndarray | None = None  # cells kept by Algorithm 2 per destination (confidential)
 
 
@@ -140,7 +135,7 @@ def _aggregate(destination, origin, count):
 
 def choose_alphas(n: np.ndarray, band_blocks: np.ndarray, keep, epsilon: float, delta: float) -> np.ndarray:
     """alpha(d) for the inside blocks from the public N(d) and band sizes ``band_blocks[d, b]``
-    (module docstring, step 2 and (c))."""
+    (module docstring, step 2; the proof's (c): docs/explanation/proofs/onthemap.md)."""
     band_blocks = np.asarray(band_blocks)
     bounds = shrunk_domain_bounds(band_blocks, np.asarray(keep), DOMAIN_SHARE * delta)
     return shrunk_union_tail_alphas(n, bounds, epsilon, TAIL_SHARE * delta, band_blocks.sum(axis=1))
@@ -184,7 +179,7 @@ def release(
     max_rounds: int = 1000,
 ) -> OnTheMapRelease:
     """Synthetic O/D counts (block indices into ``grid``): N(d) synthetic workers per destination,
-    those that land beyond the last band dropped (module docstring)."""
+    those that land beyond the last band dropped (module docstring, steps 1 to 6)."""
     if not epsilon > math.log(3) or not 0 < delta < 1:
         raise ValueError("need epsilon > ln 3 (Theorem 4.4) and 0 < delta < 1")
     bands = bands or DistanceBands()
@@ -196,66 +191,158 @@ def release(
         raise ValueError("block indices must refer to the grid's blocks")
     progress = bar(total=6, desc="onthemap", disable=not show_progress)
     ring_edges = bands.ring_edges(cell_miles)
-    n_bands = len(bands.keep)
-    keep = np.asarray(bands.keep)
+    domains = _domains(grid, destination, origin, count, ring_edges)  # step 1
+    progress.update()
+    alpha = choose_alphas(domains.total, domains.band_blocks, bands.keep, epsilon, delta)  # step 2
+    alpha_beyond = beyond_prior(domains.total, epsilon)
+    progress.update()
+    draws = _accept_reject(domains, alpha, alpha_beyond, bands.keep, epsilon, rng, max_rounds)  # 3-5
+    progress.update()
+    new_d, new_b, new_size = (np.concatenate([group[i] for group in draws.band_groups]) for i in range(3))
+    new_origin = _name_new_blocks(  # step 6
+        grid, domains.cells, new_d, new_b, ring_edges, domains.origin, domains.d_of_pair, rng
+    )
+    progress.update()
+    kept_pairs = draws.pairs > 0  # the output: the inside pairs drawn, then the new blocks
+    out_destination = np.concatenate([domains.blocks[domains.d_of_pair[kept_pairs]], domains.blocks[new_d]])
+    out_origin = np.concatenate([domains.origin[kept_pairs], new_origin])
+    out_count = np.concatenate([draws.pairs[kept_pairs], new_size])
+    progress.update()
+    progress.close()
+    priors = PriorSummary.of(alpha)
+    privacy = release_cost(epsilon, delta, bands.keep, bands.edges_miles[-1], priors)
+    kept_domain = draws.kept.sum(axis=1) + domains.occupied.sum(axis=1)  # inside blocks; B besides
+    diagnostics = _diagnostics(domains, draws, alpha * kept_domain + alpha_beyond, len(out_count), new_size)
+    return OnTheMapRelease(
+        out_destination,
+        out_origin,
+        out_count,
+        privacy,
+        priors,
+        domains.blocks,
+        alpha,
+        diagnostics,
+        kept_domain,
+    )
 
-    # 1. destinations and their public totals N(d); the pairs beyond the last band form B
-    dest_blocks, d_of_all = np.unique(destination, return_inverse=True)
+
+@dataclass(frozen=True)
+class _Domains:
+    """Step 1: the destinations, their public totals N(d) and their domains; the pairs inside the
+    last band (those beyond form each destination's cell B)."""
+
+    blocks: np.ndarray  # the destination blocks
+    cells: np.ndarray  # their grid cells
+    total: np.ndarray  # N(d), public
+    beyond: np.ndarray  # workers beyond the last band, per destination (B's count)
+    beyond_pairs: int
+    origin: np.ndarray  # the inside pairs: origin block, count, destination index, band
+    count: np.ndarray
+    d_of_pair: np.ndarray
+    band: np.ndarray
+    within: np.ndarray  # blocks within each band edge, (destinations, edges)
+    band_blocks: np.ndarray  # inside blocks per band, (destinations, bands)
+    occupied: np.ndarray  # non-empty inside blocks per band, (destinations, bands)
+
+
+def _domains(grid: BlockGrid, destination, origin, count, ring_edges: np.ndarray) -> _Domains:
+    blocks, d_of_all = np.unique(destination, return_inverse=True)
     d_of_all = d_of_all.ravel()
-    n_dest = len(dest_blocks)
-    total = np.bincount(d_of_all, weights=count, minlength=n_dest).astype(np.int64)  # N(d), public
+    n_dest = len(blocks)
+    total = np.bincount(d_of_all, weights=count, minlength=n_dest).astype(np.int64)
     cell = grid.cell_of_block
     ring = grid.ring(cell[destination], cell[origin])
     inside = ring < ring_edges[-1]
     beyond = np.bincount(d_of_all[~inside], weights=count[~inside], minlength=n_dest).astype(np.int64)
-    beyond_pairs = int((~inside).sum())
-    origin, count, ring, d_of_pair = origin[inside], count[inside], ring[inside], d_of_all[inside]
-    band = np.searchsorted(ring_edges, ring, side="right") - 1
-    dest_cell = cell[dest_blocks]
-    within = np.stack([grid.blocks_within(dest_cell, e) for e in ring_edges], axis=1)
-    band_blocks = np.diff(within, axis=1)  # (n_dest, n_bands)
-    progress.update()
+    band = np.searchsorted(ring_edges, ring[inside], side="right") - 1
+    cells = cell[blocks]
+    within = np.stack([grid.blocks_within(cells, e) for e in ring_edges], axis=1)
+    band_blocks = np.diff(within, axis=1)
+    occupied = np.zeros(band_blocks.shape, dtype=np.int64)
+    np.add.at(occupied, (d_of_all[inside], band), 1)
+    return _Domains(
+        blocks,
+        cells,
+        total,
+        beyond,
+        int((~inside).sum()),
+        origin[inside],
+        count[inside],
+        d_of_all[inside],
+        band,
+        within,
+        band_blocks,
+        occupied,
+    )
 
-    # 2. priors, public, before shrinking
-    alpha = choose_alphas(total, band_blocks, bands.keep, epsilon, delta)
-    alpha_beyond = beyond_prior(total, epsilon)
-    occupied = np.zeros((n_dest, n_bands), dtype=np.int64)
-    np.add.at(occupied, (d_of_pair, band), 1)
-    empty_blocks = band_blocks - occupied
-    progress.update()
 
-    # 3-5. Algorithm 2, Algorithm 1 and accept/reject, rejected destinations redrawn from step 3
-    gamma = math.expm1(epsilon)
-    synthetic_pairs = np.zeros(len(origin), dtype=np.int64)
-    synthetic_beyond = np.zeros(n_dest, dtype=np.int64)
-    kept = np.zeros((n_dest, n_bands), dtype=np.int64)
-    band_groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (destination, band, size)
+def _diagnostics(
+    domains: _Domains, draws: _Draws, prior_mass: np.ndarray, synthetic_pairs: int, new_size: np.ndarray
+) -> ReleaseDiagnostics:
+    return ReleaseDiagnostics(
+        destinations=len(domains.blocks),
+        input_pairs=len(domains.origin) + domains.beyond_pairs,
+        beyond_pairs=domains.beyond_pairs,
+        beyond_workers=int(domains.beyond.sum()),
+        workers=int(domains.total.sum()),
+        inside_workers=int(domains.total.sum() - domains.beyond.sum()),
+        synthetic_beyond_workers=int(draws.beyond.sum()),
+        max_domain=int(domains.within[:, -1].max()),
+        mean_kept_empty_blocks=float(draws.kept.sum(1).mean()),
+        mean_prior_mass=float(prior_mass.mean()),
+        rejected_draws=draws.rejected,
+        rounds=draws.rounds,
+        synthetic_pairs=synthetic_pairs,
+        workers_from_empty_blocks=int(new_size.sum()),
+    )
+
+
+@dataclass
+class _Draws:
+    """Steps 3-5's accepted draws: synthetic workers per inside pair and in B, empty blocks kept
+    per (destination, band), and the new blocks as (destination, band, size) groups."""
+
+    pairs: np.ndarray
+    beyond: np.ndarray
+    kept: np.ndarray
+    band_groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    rounds: int = 0
+    rejected: int = 0
+
+
+def _accept_reject(
+    domains: _Domains,
+    alpha: np.ndarray,
+    alpha_beyond: np.ndarray,
+    keep_probabilities: tuple[float, ...],
+    epsilon: float,
+    rng: np.random.Generator,
+    max_rounds: int,
+) -> _Draws:
+    """Algorithm 2, Algorithm 1 and accept/reject; rejected destinations redrawn from step 3."""
+    gamma, keep = math.expm1(epsilon), np.asarray(keep_probabilities)
+    n_dest, n_bands = domains.band_blocks.shape
+    empty_blocks = domains.band_blocks - domains.occupied
+    d_of_pair, count, beyond = domains.d_of_pair, domains.count, domains.beyond
+    draws = _Draws(
+        np.zeros(len(count), dtype=np.int64),
+        np.zeros(n_dest, dtype=np.int64),
+        np.zeros((n_dest, n_bands), dtype=np.int64),
+        [],
+    )
     todo = np.arange(n_dest)
-    rounds = rejected = 0
     while len(todo):
-        rounds += 1
-        if rounds > max_rounds:
+        draws.rounds += 1
+        if draws.rounds > max_rounds:
             raise RuntimeError(f"accept/reject did not finish in {max_rounds} rounds")
-        kept[todo] = rng.binomial(empty_blocks[todo], keep[None, :])
+        draws.kept[todo] = rng.binomial(empty_blocks[todo], keep[None, :])
         pair_sel = np.flatnonzero(np.isin(d_of_pair, todo))
         pair_d = d_of_pair[pair_sel]
-        pair_shares = rng.gamma(count[pair_sel] + alpha[pair_d])
-        beyond_shares = rng.gamma(beyond[todo] + alpha_beyond[todo])
         band_d = np.repeat(todo, n_bands)
         band_b = np.tile(np.arange(n_bands), len(todo))
-        band_k = kept[band_d, band_b]
-        band_shares = np.where(band_k > 0, rng.gamma(np.maximum(band_k * alpha[band_d], 1e-300)), 0.0)
-        groups = np.concatenate([pair_d, todo, band_d])
-        order = np.argsort(groups, kind="stable")
-        drawn = np.empty(len(groups), dtype=np.int64)
-        drawn[order] = _multinomial_by_groups(
-            total, groups[order], np.concatenate([pair_shares, beyond_shares, band_shares])[order], rng
+        pair_drawn, beyond_drawn, group_of_block, sizes = _algorithm1(
+            domains, pair_sel, todo, draws.kept[band_d, band_b], alpha, alpha_beyond, rng
         )
-        pair_drawn = drawn[: len(pair_sel)]
-        beyond_drawn = drawn[len(pair_sel) : len(pair_sel) + len(todo)]
-        band_drawn = drawn[len(pair_sel) + len(todo) :]
-        group_of_block, sizes = polya_spread(band_drawn, band_k, alpha[band_d], rng)
-
         block_d = band_d[group_of_block]
         good = gamma_good_by_group(
             np.concatenate([pair_d, todo, block_d]),
@@ -266,51 +353,41 @@ def release(
             n_dest,
             cell_alpha=np.concatenate([alpha[pair_d], alpha_beyond[todo], alpha[block_d]]),
         )
-        accepted = todo[good[todo]]
-        synthetic_pairs[pair_sel[good[pair_d]]] = pair_drawn[good[pair_d]]
-        synthetic_beyond[accepted] = beyond_drawn[good[todo]]
+        draws.pairs[pair_sel[good[pair_d]]] = pair_drawn[good[pair_d]]
+        draws.beyond[todo[good[todo]]] = beyond_drawn[good[todo]]
         keep_block = good[block_d]
-        band_groups.append((block_d[keep_block], band_b[group_of_block][keep_block], sizes[keep_block]))
-        rejected += len(todo) - len(accepted)
+        draws.band_groups.append((block_d[keep_block], band_b[group_of_block][keep_block], sizes[keep_block]))
+        draws.rejected += int((~good[todo]).sum())
         todo = todo[~good[todo]]
-    progress.update()
+    return draws
 
-    # 6. name the new blocks: distinct, empty for their destination, uniform in their band
-    new_d = np.concatenate([g[0] for g in band_groups])
-    new_b = np.concatenate([g[1] for g in band_groups])
-    new_size = np.concatenate([g[2] for g in band_groups])
-    new_origin = _name_new_blocks(grid, dest_cell, new_d, new_b, ring_edges, origin, d_of_pair, rng)
-    progress.update()
 
-    keep_pairs = synthetic_pairs > 0
-    out_destination = np.concatenate([dest_blocks[d_of_pair[keep_pairs]], dest_blocks[new_d]])
-    out_origin = np.concatenate([origin[keep_pairs], new_origin])
-    out_count = np.concatenate([synthetic_pairs[keep_pairs], new_size])
-    progress.update()
-    progress.close()
-
-    priors = PriorSummary.of(alpha)
-    privacy = release_cost(epsilon, delta, bands.keep, bands.edges_miles[-1], priors)
-    kept_domain = kept.sum(axis=1) + occupied.sum(axis=1)  # inside blocks; B besides
-    stats = {
-        "destinations": n_dest,
-        "input_pairs": len(origin) + beyond_pairs,
-        "beyond_pairs": beyond_pairs,
-        "beyond_workers": int(beyond.sum()),
-        "workers": int(total.sum()),
-        "inside_workers": int(total.sum() - beyond.sum()),
-        "synthetic_beyond_workers": int(synthetic_beyond.sum()),
-        "max_domain": int(within[:, -1].max()) if n_dest else 0,
-        "mean_kept_empty_blocks": float(kept.sum(1).mean()) if n_dest else 0.0,
-        "mean_prior_mass": float((alpha * kept_domain + alpha_beyond).mean()) if n_dest else 0.0,
-        "rejected_draws": rejected,
-        "rounds": rounds,
-        "synthetic_pairs": len(out_count),
-        "workers_from_empty_blocks": int(new_size.sum()),
-    }
-    return OnTheMapRelease(
-        out_destination, out_origin, out_count, privacy, priors, dest_blocks, alpha, stats, kept_domain
+def _algorithm1(
+    domains: _Domains,
+    pair_sel: np.ndarray,
+    todo: np.ndarray,
+    band_k: np.ndarray,
+    alpha: np.ndarray,
+    alpha_beyond: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Step 4 for the destinations ``todo``, their inside pairs ``pair_sel`` and ``band_k`` kept
+    empty blocks per (destination, band): synthetic workers per pair and in B, and the new
+    blocks as (index into the (destination, band) groups, size)."""
+    n_bands = domains.band_blocks.shape[1]
+    pair_d = domains.d_of_pair[pair_sel]
+    band_d = np.repeat(todo, n_bands)
+    pair_shares = rng.gamma(domains.count[pair_sel] + alpha[pair_d])
+    beyond_shares = rng.gamma(domains.beyond[todo] + alpha_beyond[todo])
+    band_shares = np.where(band_k > 0, rng.gamma(np.maximum(band_k * alpha[band_d], 1e-300)), 0.0)
+    groups = np.concatenate([pair_d, todo, band_d])
+    order = np.argsort(groups, kind="stable")
+    drawn = np.empty(len(groups), dtype=np.int64)
+    drawn[order] = _multinomial_by_groups(
+        domains.total, groups[order], np.concatenate([pair_shares, beyond_shares, band_shares])[order], rng
     )
+    group_of_block, sizes = polya_spread(drawn[len(pair_sel) + len(todo) :], band_k, alpha[band_d], rng)
+    return drawn[: len(pair_sel)], drawn[len(pair_sel) : len(pair_sel) + len(todo)], group_of_block, sizes
 
 
 def _name_new_blocks(grid, dest_cell, new_d, new_b, ring_edges, origin, d_of_pair, rng) -> np.ndarray:

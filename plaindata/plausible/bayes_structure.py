@@ -172,6 +172,43 @@ def greedy_cfs(
         merits[i] += best_gain
 
 
+def _noisy_entropies(
+    exact: np.ndarray,
+    records: int,
+    epsilon: float,
+    delta: float,
+    count_share: float,
+    noise: NoiseSource | None,
+) -> tuple[np.ndarray, PrivacyCost, float]:
+    """The (epsilon, delta)-DP entropies of :func:`learn_structure`: ``count_share`` of epsilon and
+    half of delta to the record count (equation 10), the rest to the ``exact`` entropies (equation
+    9); their cost and the entropies' Laplace scale."""
+    if not epsilon > 0 or not 0 < delta < 1 or not 0 < count_share < 1:
+        raise ValueError("need epsilon > 0, 0 < delta < 1 and 0 < count_share < 1")
+    source = noise or OpenDPNoise()
+    epsilon_count, delta_count = count_share * epsilon, delta / 2
+    noisy_count = float(source.laplace(np.array([float(records)]), 1.0 / epsilon_count)[0])
+    n_low = count_lower_bound(noisy_count, epsilon_count, delta_count)
+    epsilon_entropy = per_query_epsilon(epsilon - epsilon_count, len(exact), delta / 2)
+    scale = entropy_sensitivity(n_low) / epsilon_entropy
+    noisy = source.laplace(exact, scale)
+    count_cost = PrivacyCost(
+        epsilon_count,
+        delta_count,
+        "noisy record count of D_S and its lower bound (equation 10)",
+        "Laplace mechanism; the bound fails with probability delta_n",
+    )
+    one_entropy = PrivacyCost(
+        epsilon_entropy,
+        0.0,
+        "one noisy entropy",
+        "Laplace mechanism, sensitivity h_b(1/n_low), equation 9",
+    )
+    entropies = repeated(one_entropy, len(exact), delta / 2, f"{len(exact)} noisy entropies")
+    budget = sequential([count_cost, entropies], "structure (Section 3.3.1)")
+    return noisy, budget, scale
+
+
 def learn_structure(
     codes: np.ndarray,
     cardinalities: np.ndarray,
@@ -199,29 +236,7 @@ def learn_structure(
     if epsilon is None:
         noisy, budget, scale = exact, None, 0.0
     else:
-        if not epsilon > 0 or not 0 < delta < 1 or not 0 < count_share < 1:
-            raise ValueError("need epsilon > 0, 0 < delta < 1 and 0 < count_share < 1")
-        source = noise or OpenDPNoise()
-        epsilon_count, delta_count = count_share * epsilon, delta / 2
-        noisy_count = float(source.laplace(np.array([float(len(codes))]), 1.0 / epsilon_count)[0])
-        n_low = count_lower_bound(noisy_count, epsilon_count, delta_count)
-        epsilon_entropy = per_query_epsilon(epsilon - epsilon_count, len(queries), delta / 2)
-        scale = entropy_sensitivity(n_low) / epsilon_entropy
-        noisy = source.laplace(exact, scale)
-        count_cost = PrivacyCost(
-            epsilon_count,
-            delta_count,
-            "noisy record count of D_S and its lower bound (equation 10)",
-            "Laplace mechanism; the bound fails with probability delta_n",
-        )
-        one_entropy = PrivacyCost(
-            epsilon_entropy,
-            0.0,
-            "one noisy entropy",
-            "Laplace mechanism, sensitivity h_b(1/n_low), equation 9",
-        )
-        entropies = repeated(one_entropy, len(queries), delta / 2, f"{len(queries)} noisy entropies")
-        budget = sequential([count_cost, entropies], "structure (Section 3.3.1)")
+        noisy, budget, scale = _noisy_entropies(exact, len(codes), epsilon, delta, count_share, noise)
     value = dict(zip(queries, np.clip(noisy, 0.0, ceilings), strict=True))
 
     def h(*variables: Variable) -> float:

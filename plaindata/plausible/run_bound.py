@@ -8,56 +8,14 @@ seed d uniformly from the n seeds of D_T (none: nothing), generates y ~ M(d) and
 number c of plausible seeds of (y, d) satisfies c >= k + Lap(1 / eps0), else nothing (⊥).
 Neighbours: D' = D + {d'}, one seed record added (or removed); the model is fixed.
 
-Notation. S(x) = P(Lap(1 / eps0) > x) (x >= 0: e^{-eps0 x} / 2; x < 0: 1 - e^{eps0 x} / 2);
-pi(x) = 1 - S(x). f_D(d) = P(fail | seed d) = sum_y Pr{y = M(d)} S(c_D(y, d) - k);
-F_D = (1/n) sum_{d in D} f_D(d) (F_empty = 1); P_D(⊥) = rho + (1 - rho) F_D.
-
-Two facts about Laplace noise and counts (only these are used, so they hold for the lattice
-Laplace OpenDP samples too, and for a count capped by ``max_plausible``):
-
-(a) c_D(y, d) <= n, so f_D(d) >= S(n - k) =: phi(n) and F_D >= phi(n).
-(b) Adding d' raises each count c_D(y, d), d in D, by 0 or 1 (partitions depend on y and gamma,
-    not on D), and S(x + 1) >= e^{-eps0} S(x), pi(x + 1) <= e^{eps0} pi(x) (the density moves by
-    at most e^{eps0} under a shift of 1). So e^{-eps0} f_D(d) <= f_D'(d) <= f_D(d).
-
-**Records** (sets Y of records). Theorem 1: P_D'(Y) <= e^eps P_D(Y) + delta and the reverse, with
-eps = eps0 + ln(1 + gamma / t), delta = e^{-eps0 (k - t)}, 1 <= t < k. The paper states it for
-seed sets of at least k records; it holds for every n, with delta / 2. Fix y; seeds in y's
-partition j of d' number c. Adding d': if c >= t, the partition's mass S_j = sum p_d(y) gains
-p_{d'}(y) <= gamma S_j / c <= (gamma / t) S_j and its pass probability gains at most e^{eps0}
-(fact b), while 1/(n + 1) < 1/n and the other partitions only gain: factor e^eps. If c < t, the
-pass probability is at most pi(t - k), and these outputs carry total mass at most pi(t - k) =
-e^{-eps0 (k - t)} / 2 (the sum over y of (1/(n+1)) sum_{d in D'} p_d(y) is 1). Removing d': every
-term of P_D'(y) is at least (n / (n + 1)) times P_D(y)'s (fact b), so P_D(y) <= (1 + 1/n) P_D'(y)
-<= (1 + gamma / t) P_D'(y) when n >= t, and P_D(Y) <= pi(n - k) <= e^{-eps0 (k - t)} / 2 when
-n < t. Abstention scales both sides by 1 - rho. So Theorem 1's delta covers the records for every
-n, the empty seed set included.
-
-**Nothing.** Adding d' (D has n >= 1 seeds; n = 0 gives P_D(⊥) = 1, nothing to bound):
-F_D' <= (n F_D + 1) / (n + 1) (fact b, f_D'(d') <= 1), so
-
-  P_D'(⊥) - e^eps P_D(⊥) <= g_add(n) = rho + (1 - rho)(n phi(n) + 1)/(n + 1) - e^eps (rho + (1 - rho) phi(n)),
-
-the right side falling in F_D (n / (n + 1) < e^eps), so F_D = phi(n) is the worst (fact a).
-Removing d' (D has n >= 0 seeds, F = F_D in [phi(n), 1], F = 1 for n = 0): F_D' >= G(F) =
-max(phi(n + 1), (e^{-eps0} n F + phi(n + 1)) / (n + 1)) (facts a, b), so
-
-  P_D(⊥) - e^eps P_D'(⊥) <= g_rem(n, F) = rho + (1 - rho) F - e^eps (rho + (1 - rho) G(F)),
-
-concave and piecewise linear in F: its maximum is at F = phi(n), F = 1 or the kink F = e^{eps0}
-phi(n + 1). Beyond a horizon N: g_add(n) <= rho (1 - e^eps) + (1 - rho) / (N + 1), and
-g_rem(n, F) <= rho (1 - e^eps) + (1 - rho) max(0, 1 - e^{eps - eps0} N / (N + 1)). So
-
-  delta_nothing(eps) = max(0, g_add(n) for 1 <= n < N, g_rem(n, F) for 0 <= n < N, both tails),
-
-a function of k, eps0, eps and rho only, and one run is (eps, delta + delta_nothing(eps))-DP over
-records and nothing together (the hockey-stick divergence is a sum over outcomes: the records' part
-is at most delta, nothing's at most delta_nothing). The bound is tight: n identical seeds and a
-d' sharing no kept attribute make F_D = phi(n) and f_D'(d') close to 1. Without abstention
-(rho = 0) the worst n is about k + 8 / eps0 and delta_nothing is about 1 / (k + 9) (0.0166 at the
-defaults), whatever eps: the count of records written tells whether a seed with few look-alikes
-is present. :func:`least_abstention` is the smallest rho (two significant digits, rounded up)
-with delta_nothing(eps) = 0 at Theorem 1's eps: 0.008 at the defaults.
+Result: one run is (eps, delta + delta_nothing(eps))-DP over records and nothing together, with
+eps = eps0 + ln(1 + gamma / t), delta = e^{-eps0 (k - t)} (Theorem 1, which holds for every
+seed-set size) and delta_nothing(eps) the divergence of "nothing" (:func:`nothing_delta`), a
+function of k, eps0, eps and rho only; :func:`least_abstention` is the smallest rho that makes it 0
+at Theorem 1's eps (0.008 at the defaults; without abstention it is about 1 / (k + 9), whatever
+eps). The derivation (two facts about Laplace noise and counts, the records, then "nothing" when a
+seed is added or removed, and its horizon) is on the documentation site:
+``docs/explanation/proofs/plausible-deniability.md``.
 """
 
 from __future__ import annotations
@@ -82,8 +40,9 @@ def horizon(k: int, eps0: float) -> int:
 
 
 def _terms(k: int, eps0: float, epsilon: float) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """For each bound (module docstring): the coefficient pair (A, B) with g = rho (1 - e^eps) +
-    (1 - rho)(A - e^eps B), for every n < N and every candidate F, and the two tails' A."""
+    """For each bound (the proof page of the module docstring): the coefficient pair (A, B) with
+    g = rho (1 - e^eps) + (1 - rho)(A - e^eps B), for every n < N and every candidate F, and the
+    two tails' A."""
     n_max = horizon(k, eps0)
     grow = math.exp(epsilon)
     n = np.arange(n_max, dtype=float)
@@ -104,7 +63,8 @@ def _terms(k: int, eps0: float, epsilon: float) -> tuple[np.ndarray, np.ndarray,
 
 
 def nothing_delta(k: int, eps0: float, epsilon: float, abstain: float) -> float:
-    """delta_nothing(eps) for abstention probability ``abstain`` (module docstring)."""
+    """delta_nothing(eps) for abstention probability ``abstain`` (the proof page of the module
+    docstring)."""
     if not 0 <= abstain < 1 or epsilon < 0 or eps0 <= 0 or k < 1:
         raise ValueError("need 0 <= abstain < 1, epsilon >= 0, eps0 > 0 and k >= 1")
     add, remove, tail_add, tail_remove = _terms(k, eps0, epsilon)
@@ -114,7 +74,7 @@ def nothing_delta(k: int, eps0: float, epsilon: float, abstain: float) -> float:
 
 def least_abstention(k: int, eps0: float, epsilon: float) -> float:
     """The smallest rho, two significant digits rounded up, with nothing_delta = 0 at ``epsilon``:
-    rho / (1 - rho) >= max(A - e^eps B) / (e^eps - 1) (module docstring)."""
+    rho / (1 - rho) >= max(A - e^eps B) / (e^eps - 1) (the proof page of the module docstring)."""
     if not epsilon > 0:
         raise ValueError("abstention can cover nothing only at a positive epsilon")
     add, remove, tail_add, tail_remove = _terms(k, eps0, epsilon)

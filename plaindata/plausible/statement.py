@@ -6,44 +6,21 @@ Mechanism 1 (a seed drawn uniformly from D_T, Privacy Test 2); every passing rec
 in run order, and how many were written is part of the output. Public: the schema, k, gamma,
 omega, eps0, t, L, rho, the split shares and the model's budget.
 
-**1. One run, every outcome** (:mod:`.run_bound`): for neighbours D_T' = D_T + {d'} (one seed
-record added or removed, the model fixed), one run is (eps1, delta1 + delta_nothing)-DP over
-records *and* nothing, eps1 = eps0 + ln(1 + gamma / t), delta1 = e^{-eps0 (k - t)} (Theorem 1,
-which covers sets of records and, as derived there, every seed-set size), and delta_nothing the
-divergence of "nothing", 0 at the default rho (:func:`.run_bound.least_abstention`). Without
-abstention delta_nothing is about 1 / (k + 9), whatever epsilon: one seed with few look-alikes
-moves the chance that a run writes nothing by about 1 / (n + 1), and the count written shows it.
+The statement, in four steps (the derivation: ``docs/explanation/proofs/plausible-deniability.md``):
 
-**2. The L runs.** The runs use independent randomness on the same D_T and model, so their
-outcomes are a composition of L mechanisms that are each (eps1, delta_run)-DP; their optimal
-composition (:func:`petlab.plaindata.dp.composition.repeated`, dp_accounting's PLD accountant,
-slack delta' = the model's delta) bounds the sequence of L outcomes. What is written (the passing
-records in run order, their number) is a function of that sequence: post-processing, covered.
-Nothing else depends on D_T: no stopping rule, no failed exit.
+1. one run, every outcome (:mod:`.run_bound`): (eps1, delta1 + delta_nothing)-DP over records and
+   nothing, for one seed record of D_T added or removed, the model fixed;
+2. the L runs: their optimal composition (:func:`petlab.plaindata.dp.composition.repeated`);
+   what is written is a function of their outcomes;
+3. the whole data set: each record goes to D_S, D_P or D_T independently, so the release is the
+   parallel composition (:func:`petlab.plaindata.dp.composition.parallel`) of the structure, the
+   parameters and step 2, for one input record added or removed;
+4. plausible deniability: Privacy Test 1 guarantees Definition 1 for every written record (and no
+   DP); Privacy Test 2 does not: a run writes a record with at most k - j plausible seeds with
+   probability at most (1 - rho) e^{-eps0 j} / 2.
 
-**3. The whole data set.** Every input record goes to D_S, D_P or D_T independently with the
-public shares (pi_S, pi_P, pi_T). For D' = D + {r}, couple the other records' assignments; r
-lands in subset s with probability pi_s and only that subset changes. In D_S or D_P the model
-moves by its (eps_s, delta_s) and the release is a randomized function of the model and the same
-D_T (post-processing); in D_T the model is the same and the release moves by step 2's figure. So
-P(out(D') in E) <= sum_s pi_s (e^{eps_s} P(out(D) in E) + delta_s) <= e^{max eps_s} P(out(D) in E)
-+ max delta_s, and the same with D, D' swapped: the whole release is the parallel composition
-(:func:`petlab.plaindata.dp.composition.parallel`) of the structure, the parameters and step 2,
-for one record of the input added or removed. The dependency order and kept attributes printed
-are functions of the model. The diagnostics file (counts of the data) is not covered.
-
-**4. Plausible deniability.** Privacy Test 1 (deterministic) writes a record only with at least k
-plausible seeds: Definition 1 holds for every written record, and there is no differential
-privacy (a seed can lift a count to k). Privacy Test 2 writes a candidate with c plausible seeds
-with probability P(Lap(1 / eps0) <= c - k) <= e^{-eps0 (k - c)} / 2 for c < k, so Definition 1 is
-NOT guaranteed: a run writes a record with at most k - j plausible seeds with probability at most
-(1 - rho) e^{-eps0 j} / 2 (j >= 1), whatever the data (this holds for counts capped by
-``max_plausible`` or counted on a subsample, which are at most the true count). With k = 50,
-eps0 = 1 and 49 identical seeds every written record has 49.
-
-**Not covered.** With ``max_check_plausible`` the count is a random subsample, fact (b) of
-:mod:`.run_bound` fails, and no DP figure is printed. With the model learned without noise there is
-no figure for the data set; step 2's figure (given the model) is printed.
+Not covered: with ``max_check_plausible`` (a subsampled count) no DP figure is printed; with the
+model learned without noise only step 2's figure is; the diagnostics file (counts of the data).
 """
 
 from __future__ import annotations

@@ -30,9 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
-from petlab.server.common.rpc_errors import RETRY_AFTER_SECONDS, CallRefused, refuse_busy
+from petlab.server.common.rpc_errors import RETRY_AFTER_SECONDS, TimedOut, refuse_busy
 
 __all__ = ["RETRY_AFTER_SECONDS", "OwnerSlots", "ServiceLimits", "Slots", "UploadPace", "refuse_busy"]
 
@@ -149,7 +147,7 @@ class UploadPace:
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise CallRefused(grpc.StatusCode.DEADLINE_EXCEEDED, self.reason()) from None
+                raise TimedOut(self.reason()) from None
             self.chunks += 1
             self.bytes += size(message)
             yield message

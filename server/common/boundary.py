@@ -4,10 +4,12 @@ health, reflection) goes through on the event loop.
 * **Requests that do not decode** end with INVALID_ARGUMENT, not gRPC's INTERNAL ("Exception
   deserializing request!", a status that says the server is broken): the request deserializer is
   made tolerant and the handler refuses what it could not decode, before the servicer sees it.
-* **Refusals**: a servicer raises :class:`~petlab.server.common.rpc_errors.CallRefused` (from the
-  loop or from a worker thread), and the call ends here with its status, message and trailing
-  metadata. Any other exception ends the call with INTERNAL and a message that names nothing (the
-  traceback goes to the server's log).
+* **Errors become statuses** (:func:`answer`): a servicer raises a domain error, a
+  :class:`~petlab.errors.PetlabError` (from the loop or from a worker thread), and the call ends
+  here with the status its class names (``grpc_status``), its message and any trailing metadata
+  (``server.common.rpc_errors``). Any other exception, and a ``PetlabError`` whose status is
+  INTERNAL, ends the call with INTERNAL and a message that names nothing (the traceback goes to
+  the server's log).
 * **A time limit for every call** (``call_seconds``): a call still running then is cancelled and
   ends with DEADLINE_EXCEEDED, whatever its peer does; a response stream's write that waits on a
   peer that does not read counts against it too.
@@ -26,7 +28,8 @@ from typing import Any
 
 import grpc
 
-from petlab.server.common.rpc_errors import CallRefused
+from petlab.errors import PetlabError
+from petlab.server.common.rpc_errors import CallRefused, InvalidRequest, status_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ def tolerant(decode: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | 
 
 def checked(request: Any) -> Any:
     if request is UNDECODABLE:
-        raise CallRefused(grpc.StatusCode.INVALID_ARGUMENT, UNDECODABLE_MESSAGE)
+        raise InvalidRequest(UNDECODABLE_MESSAGE)
     return request
 
 
@@ -72,18 +75,28 @@ async def checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield checked(request)
 
 
+def answer(error: BaseException) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """The status, message and trailing metadata of a call that ``error`` ends (module docstring)."""
+    if isinstance(error, PetlabError):
+        code = status_of(error)
+        if code is not grpc.StatusCode.INTERNAL:
+            trailing = error.trailing if isinstance(error, CallRefused) else ()
+            return code, str(error), trailing
+    elif isinstance(error, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED, "the call exceeded the server's time limit", ()
+    elif isinstance(error, NotImplementedError):  # a generated servicer's method this server lacks
+        return grpc.StatusCode.UNIMPLEMENTED, "this method is not implemented", ()
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, ()
+
+
 async def end_call(context: grpc.aio.ServicerContext, error: BaseException, method: str) -> None:
-    """End the call for ``error``: its status when it is a refusal, else INTERNAL."""
-    if isinstance(error, CallRefused):
-        if error.trailing:
-            context.set_trailing_metadata(error.trailing)
-        await context.abort(error.code, error.message)
-    if isinstance(error, TimeoutError):
-        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call exceeded the server's time limit")
-    if isinstance(error, NotImplementedError):  # a generated servicer's method this server lacks
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this method is not implemented")
-    log.error("%s failed", method, exc_info=error)
-    await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+    """End the call for ``error`` (:func:`answer`); an INTERNAL one's traceback goes to the log."""
+    code, message, trailing = answer(error)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("%s failed", method, exc_info=error)
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    await context.abort(code, message)
 
 
 class CallBoundary(grpc.aio.ServerInterceptor):

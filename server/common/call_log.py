@@ -7,11 +7,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from petlab.server.common.rpc_errors import CallRefused
+from petlab.errors import PetlabError
+from petlab.server.common.rpc_errors import status_of
 
 log = logging.getLogger("petlab.calls")
 
@@ -21,8 +23,8 @@ def _size(message: Any) -> int:
 
 
 def _status(error: BaseException) -> str:
-    if isinstance(error, CallRefused):
-        return error.code.name
+    if isinstance(error, PetlabError):
+        return status_of(error).name
     if isinstance(error, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED.name
     return "CANCELLED" if error.__class__.__name__ == "CancelledError" else "INTERNAL"
@@ -53,6 +55,14 @@ def logged_unary(method: Callable) -> Callable:
     return wrapper
 
 
+@dataclass
+class _Streamed:
+    """What a client stream has brought so far: its bytes, and the model its first message names."""
+
+    bytes: int = 0
+    model: str = ""
+
+
 def logged_stream_in(method: Callable) -> Callable:
     """Wrap an async client-streaming method ``(self, request_iterator, context)``; counts the
     streamed bytes."""
@@ -60,12 +70,12 @@ def logged_stream_in(method: Callable) -> Callable:
     @functools.wraps(method)
     async def wrapper(self, request_iterator, context):
         started, response, status = time.perf_counter(), None, "OK"
-        counter = {"bytes": 0, "model": ""}
+        counter = _Streamed()
 
         async def counted():
             async for message in request_iterator:
-                counter["bytes"] += _size(message)
-                counter["model"] = counter["model"] or getattr(message, "model", "")
+                counter.bytes += _size(message)
+                counter.model = counter.model or getattr(message, "model", "")
                 yield message
 
         try:
@@ -75,7 +85,7 @@ def logged_stream_in(method: Callable) -> Callable:
             status = _status(error)
             raise
         finally:
-            _emit(method.__name__, counter["model"], counter["bytes"], _size(response), started, status)
+            _emit(method.__name__, counter.model, counter.bytes, _size(response), started, status)
 
     return wrapper
 

@@ -27,7 +27,7 @@ import grpc
 
 from petlab.errors import BadInput
 from petlab.owner_only import UnsafeSecretFile, read_owner_only
-from petlab.server.common.rpc_errors import abort
+from petlab.server.common.rpc_errors import Unauthenticated
 
 OWNER_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII without spaces, 16+ characters
@@ -82,14 +82,19 @@ class CallerIdentities:
     def enforced(self) -> bool:
         return bool(self._tokens) or self._certificates
 
+    @property
+    def by_token(self) -> bool:
+        """Callers are named by bearer tokens (else, when enforced, by client certificates)."""
+        return bool(self._tokens)
+
     def owner(self, context: grpc.ServicerContext) -> str:
         """The calling owner's name, or the call ends with UNAUTHENTICATED."""
         if self._tokens:
             return "token:" + self._token_owner(context)
         if self._certificates:
-            identities = context.peer_identities()
+            identities = list(context.peer_identities() or ())
             if not identities:
-                abort(context, grpc.StatusCode.UNAUTHENTICATED, "this server requires a client certificate")
+                raise Unauthenticated("this server requires a client certificate")
             return "cert:" + identities[0].decode("utf-8", errors="replace")
         return context.peer() or "anonymous"
 
@@ -101,10 +106,8 @@ class CallerIdentities:
             for known, owner in self._tokens.items():
                 if hmac.compare_digest(known, digest):
                     return owner
-        abort(
-            context,
-            grpc.StatusCode.UNAUTHENTICATED,
-            "this server requires a valid bearer token (metadata 'authorization: Bearer <token>')",
+        raise Unauthenticated(
+            "this server requires a valid bearer token (metadata 'authorization: Bearer <token>')"
         )
 
 

@@ -22,7 +22,7 @@ import threading
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from petlab.server.common.rpc_errors import CallRefused
+from petlab.server.common.rpc_errors import NotFound
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -74,7 +74,7 @@ class HealthStatuses(health_pb2_grpc.HealthServicer):
     async def Check(self, request, context):
         status = self.status(request.service) if len(request.service) <= MAX_SERVICE_NAME else None
         if status is None:
-            raise CallRefused(grpc.StatusCode.NOT_FOUND, "unknown service")
+            raise NotFound("unknown service")
         return health_pb2.HealthCheckResponse(status=status)
 
     async def List(self, request, context):

@@ -33,7 +33,8 @@ class ThreadContext:
 
     def __init__(self, context: grpc.aio.ServicerContext):
         self._peer = context.peer()
-        self._identities = context.peer_identities()
+        identities = context.peer_identities()
+        self._identities = None if identities is None else tuple(identities)
         self._metadata = tuple(context.invocation_metadata() or ())
         remaining = context.time_remaining()
         loop = asyncio.get_running_loop()
@@ -82,7 +83,8 @@ def threaded(
 
         async def call(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
             view = ThreadContext(context)
-            context.add_done_callback(lambda _: view.ended.set())
+            # typeshed declares grpc.aio's done callback as a class, not a callable protocol
+            context.add_done_callback(lambda _: view.ended.set())  # type: ignore[arg-type]
             if name in cheap:
                 return await run_in(pool, method, request, view)
             async with slots.held(caller_key(context)):

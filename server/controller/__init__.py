@@ -5,6 +5,7 @@ reveals), ``output_checking`` (acro's rules and ours), ``release_history`` (the 
 analysis against everything released, to anyone: empty cells, ``query_set_control``'s pairwise rule,
 ``release_audit``'s exact audit over ``modular`` arithmetic and ``small_groups``' search), ``people``
 (refusals, cool-downs, quotas and suspensions per person), ``session_store`` (persistent sessions,
-releases and persons). The gRPC layer: ``service``. Command-line flags: ``flags``; the data owner's
-``petlab-server persons``: ``persons_command``.
+releases and persons). The gRPC layer: ``service``. Options and flags: ``options``; what the
+server builds at start: ``startup``; the data owner's ``petlab-server persons``:
+``persons_command``.
 """

@@ -21,11 +21,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from petlab.errors import Unavailable
+
 _state = threading.local()
 
 
-class AuditOverrun(Exception):
-    """The audit passed its deadline: nothing is decided."""
+class AuditOverrun(Unavailable):
+    """The audit passed its deadline: nothing is decided (the step is answered UNAVAILABLE)."""
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """The controller's configuration from the data owner's files: the analysts' allow-list (keys and the
 persons they belong to), the
 output-checking rules, and the identity a certification authority's co-signature is bound to
-(the controller id, the data set's and the rules' digests). ``server.flags`` names the
+(the controller id, the data set's and the rules' digests). ``server.controller.options`` names the
 flags that point at these files.
 
 The data set's published digest is keyed: HMAC-SHA256 of the data file's bytes under 32 random bytes

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petlab.errors import PetlabError
 from petlab.server.controller.audit_clock import tick
 from petlab.server.controller.modular import matmul, residues, rref
 from petlab.server.controller.public_domain import PublicDomain, label
@@ -66,7 +67,7 @@ MAX_ENTRIES = 25_000_000
 CHUNK = 256  # forms reduced at once
 
 
-class AuditCapacity(Exception):
+class AuditCapacity(PetlabError):
     """The cell side would exceed its memory cap (a figure of the definitions only)."""
 
 

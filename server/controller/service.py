@@ -51,7 +51,6 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
-import grpc
 import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -64,7 +63,18 @@ from petlab.crypto.chain.traces import (
     public_key_bytes,
     verify_seal,
 )
+from petlab.errors import PetlabError, Unavailable
 from petlab.protos import controller_pb2, controller_pb2_grpc
+from petlab.server.common.rpc_errors import (
+    AlreadyExists,
+    CallCancelled,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    PreconditionFailed,
+    ResourceExhausted,
+    Unauthenticated,
+)
 from petlab.server.controller.analyses import AnalysisError, Evaluated, evaluate
 from petlab.server.controller.audit_clock import AuditOverrun, audit_budget
 from petlab.server.controller.configuration import ControllerIdentity
@@ -85,10 +95,10 @@ MAX_SPEC_BYTES = 64 * 1024
 LOCK_SECONDS = 5.0  # the longest a step waits for the one history lock
 AUDIT_SECONDS = 2.0  # the longest one decision holds that lock (``audit_clock``)
 WITHHELD = "withheld: disclosure control"
-_BARRIER_STATUS = {
-    "suspended": grpc.StatusCode.PERMISSION_DENIED,
-    "cooldown": grpc.StatusCode.FAILED_PRECONDITION,
-    "quota": grpc.StatusCode.RESOURCE_EXHAUSTED,
+_BARRIER_ERROR: dict[str, type[PetlabError]] = {
+    "suspended": PermissionDenied,
+    "cooldown": PreconditionFailed,
+    "quota": ResourceExhausted,
 }
 
 
@@ -218,7 +228,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
 
     def Describe(self, request, context):
         if self._identity is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this controller has no published identity")
+            raise PreconditionFailed("this controller has no published identity")
         return controller_pb2.ControllerDescription(
             controller_id=self._identity.controller_id,
             dataset_sha256=self._identity.dataset_sha256,
@@ -228,17 +238,15 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
 
     def OpenSession(self, request, context):
         if len(request.first_trace) != SIZE:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"T_0 must be {SIZE} bytes, got {len(request.first_trace)}"
-            )
+            raise InvalidRequest(f"T_0 must be {SIZE} bytes, got {len(request.first_trace)}")
         try:
             analyst = load_public_key(request.analyst_public_key)
         except ValueError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"analyst public key: {exc}")
+            raise InvalidRequest(f"analyst public key: {exc}") from exc
         key = public_key_bytes(analyst)
         listed = self._analysts is not None and key in self._analysts
         if self._analysts is not None and not listed and self._authority is None:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "this analyst key is not registered here")
+            raise PermissionDenied("this analyst key is not registered here")
         certified = not listed and self._authority is not None
         try:
             scope = (
@@ -261,14 +269,13 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 scope,
             )
         except ValueError as exc:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise Unauthenticated(str(exc)) from exc
         person = self._person_of(key, scope if certified else None)
         with self._lock_of(person):
             self._check_person(person, context)
             session = self._sessions.open(key, request.first_trace, person)
         if session is None:
-            context.abort(
-                grpc.StatusCode.ALREADY_EXISTS,
+            raise AlreadyExists(
                 "a session was already opened with this T_0; a sequence runs once",
             )
         return controller_pb2.OpenSessionResponse(session_id=session.session_id)
@@ -295,31 +302,28 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             return
         if session is not None and stop.kind == "suspended":
             self._sessions.close_session(session, f"closed: {stop.message}")
-        context.abort(_BARRIER_STATUS[stop.kind], stop.message)
+        raise _BARRIER_ERROR[stop.kind](stop.message)
 
     def Next(self, request, context):
         found = self._sessions.get(request.session_id)
         if found is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, "no such session")
+            raise NotFound("no such session")
         with self._lock_of(found.person):  # module docstring: one step per person at a time
             remaining = context.time_remaining()
             if not context.is_active() or (remaining is not None and remaining <= 0):
                 # the caller gave up, or its deadline passed, while waiting: the step does not run
-                context.abort(grpc.StatusCode.CANCELLED, "the call ended before its turn; nothing ran")
+                raise CallCancelled("the call ended before its turn; nothing ran")
             session = self._sessions.get(request.session_id)
             if session is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, "no such session")
+                raise NotFound("no such session")
             if session.status in (ABORTED, FINISHED, CLOSED):
-                context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
+                raise PreconditionFailed(
                     f"the session is {session.status}" + (f": {session.reason}" if session.reason else ""),
                 )
             if len(request.trace) != SIZE:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"a trace is {SIZE} bytes, got {len(request.trace)}"
-                )
+                raise InvalidRequest(f"a trace is {SIZE} bytes, got {len(request.trace)}")
             if len(request.spec) > MAX_SPEC_BYTES:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"a spec is at most {MAX_SPEC_BYTES} bytes")
+                raise InvalidRequest(f"a spec is at most {MAX_SPEC_BYTES} bytes")
             self._check_person(session.person, context, session)
             return self._step(session, request, context)
 
@@ -332,8 +336,12 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         except InvalidInstruction as exc:  # the analyst's own bytes: no data involved, not a refusal
             return self._abort(session, position, str(exc), f"the sequence was changed: {exc}", refusal=False)
         try:
-            spec = json.loads(spec_bytes)
-            if not isinstance(spec, dict) or canonical_json(spec) != spec_bytes:
+            try:
+                spec = json.loads(spec_bytes)
+                canonical = isinstance(spec, dict) and canonical_json(spec) == spec_bytes
+            except RecursionError:  # nested deeper than Python's JSON recurses: not a spec either
+                canonical = False
+            if not canonical:
                 raise AnalysisError("the spec is not a canonical JSON object")
         except ValueError as exc:  # the analyst's own bytes: no data involved
             self._cannot_run(session, position, context, exc, False)
@@ -348,8 +356,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         history = self._history_for(session.person)
         if not self._release_lock.acquire(timeout=self._lock_seconds):
             # nothing changed: the same step can be sent again (module docstring)
-            context.abort(
-                grpc.StatusCode.UNAVAILABLE,
+            raise Unavailable(
                 f"the controller is deciding another analysis; send this step again in "
                 f"{self._lock_seconds:g} s or more",
             )
@@ -363,11 +370,10 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
                 log.warning(
                     "session %s: the audit passed its %g s budget", session.session_id, self._audit_seconds
                 )
-                context.abort(
-                    grpc.StatusCode.UNAVAILABLE,
+                raise Unavailable(
                     f"the audit of this step would hold the controller longer than "
                     f"{self._audit_seconds:g} s; nothing ran; send it again later or split the analysis",
-                )
+                ) from None
             except Exception:  # the decision failed: nothing is released, the session ends cleanly
                 return self._failed(session, position, "the decision on the analysis")
             if reason:
@@ -394,14 +400,12 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
             return
         in_session, in_day = self._sessions.rows_added(session.person, session.session_id)
         if in_session + rows > self._policy.rows_per_session:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise ResourceExhausted(
                 f"this step would add more than {self._policy.rows_per_session} new released forms in "
                 "one session; open a new session to continue",
             )
         if in_day + rows > self._policy.rows_per_day:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise ResourceExhausted(
                 f"this step would add more than {self._policy.rows_per_day} new released forms in 24 "
                 "hours; send it again later",
             )
@@ -410,8 +414,7 @@ class ControllerServicer(controller_pb2_grpc.AnalysisControllerServicer):
         """The spec cannot run: the analyst is told why (a sentence that names no figure of the
         data); a reason that depends on the records counts as a refusal."""
         self._record_abort(session, f"analysis {position}: cannot run", depends_on_data)
-        context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
+        raise InvalidRequest(
             f"analysis {position} cannot run, so the session is aborted: {exc}",
         )
 

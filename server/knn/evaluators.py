@@ -49,6 +49,8 @@ class KeysUnusable(EvaluationRejected):
 class EvaluationTimedOut(Unavailable):
     """The call's deadline passed, or the call ended, before the evaluation (DEADLINE_EXCEEDED)."""
 
+    grpc_status = "DEADLINE_EXCEEDED"
+
 
 class ClusterUnavailable(Unavailable):
     """The cluster could not answer within the attempts (no workers, scheduler gone: UNAVAILABLE)."""

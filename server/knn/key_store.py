@@ -55,11 +55,12 @@ KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
 
 class KeyStoreError(BadInput):
-    """Base class; the message is meant for the person who made the request."""
+    """Base class; the message is meant for the person who made the request (INVALID_ARGUMENT
+    unless a subclass names another status)."""
 
 
 class KeyNotFound(KeyStoreError):
-    pass
+    grpc_status = "NOT_FOUND"
 
 
 class MalformedKeyId(KeyStoreError):
@@ -67,13 +68,17 @@ class MalformedKeyId(KeyStoreError):
 
 
 class KeyForAnotherModel(KeyStoreError):
+    grpc_status = "FAILED_PRECONDITION"
+
     def __init__(self, message: str, registered: str = ""):
         super().__init__(message)
         self.registered = registered  # the model tag the key was registered for
 
 
 class KeyTooLarge(KeyStoreError):
-    pass
+    """The store's cap (or, :class:`OwnerQuotaExceeded`, the owner's quota) leaves no room."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
 
 
 class UploadMismatch(KeyStoreError):
@@ -165,21 +170,7 @@ class KeyStore:
         upload over a cap is still "too large"). ``verify(path)`` runs on the complete staging
         file before anything is evicted; it raises ``ValueError`` for bytes that are not what the
         caller expects (they are then dropped)."""
-        if total_size <= 0:
-            raise UploadMismatch("the upload must announce its total size in the first chunk")
-        if total_size > self.max_bytes:
-            raise KeyTooLarge(
-                f"evaluation keys of {total_size} bytes exceed this server's cap of {self.max_bytes} bytes"
-            )
-        if self.quota is not None and total_size > self.quota.max_bytes:
-            raise OwnerQuotaExceeded(
-                f"evaluation keys of {total_size} bytes exceed your quota of {self.quota.max_bytes} bytes"
-            )
-        if size_window is not None and not size_window[0] <= total_size <= size_window[1]:
-            raise UploadMismatch(
-                f"evaluation keys for {model!r} are {size_window[0]} to {size_window[1]} bytes; "
-                f"the upload announces {total_size}"
-            )
+        self.check_announced(total_size, size_window, model)
         if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
             raise UploadMismatch("the first chunk must carry the upload's SHA-256 as 64 hex digits")
         key_id = secrets.token_hex(16)
@@ -228,6 +219,27 @@ class KeyStore:
                 if not self._owner_staging[owner]:
                     del self._owner_staging[owner]
             staging.unlink(missing_ok=True)
+
+    def check_announced(self, total_size: int, size_window: tuple[int, int] | None, model: str) -> None:
+        """Whether an upload announcing ``total_size`` bytes of keys for ``model`` may start, before
+        any byte of it is read: ``UploadMismatch`` for no size or one outside ``size_window``,
+        ``KeyTooLarge`` / ``OwnerQuotaExceeded`` over the store's cap or the owner's quota (checked
+        first, so an upload over a cap is "too large" whatever the model)."""
+        if total_size <= 0:
+            raise UploadMismatch("the upload must announce its total size in the first chunk")
+        if total_size > self.max_bytes:
+            raise KeyTooLarge(
+                f"evaluation keys of {total_size} bytes exceed this server's cap of {self.max_bytes} bytes"
+            )
+        if self.quota is not None and total_size > self.quota.max_bytes:
+            raise OwnerQuotaExceeded(
+                f"evaluation keys of {total_size} bytes exceed your quota of {self.quota.max_bytes} bytes"
+            )
+        if size_window is not None and not size_window[0] <= total_size <= size_window[1]:
+            raise UploadMismatch(
+                f"evaluation keys for {model!r} are {size_window[0]} to {size_window[1]} bytes; "
+                f"the upload announces {total_size}"
+            )
 
     def read(self, key_id: str, model: str, owner: str | None = None) -> bytes:
         """The key's bytes, after checking it exists, has not expired and belongs to ``model``

@@ -13,7 +13,7 @@ model's public description, the artifact's SHA-256 and an HMAC-SHA256 over the e
 ``server.knn.cache_integrity``). Both are written in a ``.staging-*`` directory that is renamed
 into place, so a crash never leaves a half entry; staging directories older than an hour are
 removed at the next start. Servers may share one cache: each entry's load-or-compile runs under an
-advisory lock on ``<cache_dir>/.<key>.lock`` (``fcntl.flock``), so a second server waits for the
+advisory lock on ``<cache_dir>/.<key>.lock`` (``filelock``), so a second server waits for the
 first one's compilation and loads its artifact instead of compiling the same circuit again, and no
 reader ever opens an entry another process is replacing. The wait is bounded
 (:data:`ENTRY_LOCK_SECONDS`): past it the model is compiled without touching the entry.
@@ -26,7 +26,6 @@ planted) is discarded with a warning and recompiled before concrete ever opens i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from concrete import fhe
+from filelock import FileLock, Timeout
 
 from petlab.crypto.knn.config import CircuitConfig, circuit_statistics
 from petlab.crypto.knn.deployment import load_server, save_server
@@ -127,30 +127,22 @@ ENTRY_LOCK_POLL_SECONDS = 0.1
 
 @contextlib.contextmanager
 def entry_lock(path: Path, timeout: float | None = None) -> Iterator[bool]:
-    """Hold an exclusive advisory lock on ``path`` (created 0600) for the block; yields whether it
-    was taken within ``timeout`` seconds (default :data:`ENTRY_LOCK_SECONDS`). A process that dies
-    releases its lock with its file descriptors, so a crash never leaves the entry locked."""
+    """Hold an exclusive advisory lock on ``path`` (``filelock.FileLock``: ``flock`` on a file
+    created 0600) for the block; yields whether it was taken within ``timeout`` seconds (default
+    :data:`ENTRY_LOCK_SECONDS`). A process that dies releases its lock with its file descriptors,
+    so a crash never leaves the entry locked."""
     limit = ENTRY_LOCK_SECONDS if timeout is None else timeout
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    lock = FileLock(path, mode=0o600)
     try:
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                locked = True
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    locked = False
-                    break
-                time.sleep(ENTRY_LOCK_POLL_SECONDS)
-        try:
-            yield locked
-        finally:
-            if locked:
-                fcntl.flock(descriptor, fcntl.LOCK_UN)
+        lock.acquire(timeout=limit, poll_interval=ENTRY_LOCK_POLL_SECONDS)
+        locked = True
+    except Timeout:
+        locked = False
+    try:
+        yield locked
     finally:
-        os.close(descriptor)
+        if locked:
+            lock.release()
 
 
 STALE_STAGING_SECONDS = 3600.0

@@ -1,7 +1,8 @@
 """gRPC servicer for encrypted k-NN: a thin layer over ``crypto.knn.deployment`` and the key store.
 
-Every request field is validated before any work, and every failure is answered with a status and
-a sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -> NOT_FOUND; a key
+Every request field is validated before any work, and every failure is a domain error that names
+its status (``server.common.rpc_errors``; the server's boundary interceptor answers it) with a
+sentence for a person: unknown model -> NOT_FOUND; unknown or expired key id -> NOT_FOUND; a key
 registered for another model -> FAILED_PRECONDITION; a ciphertext that does not deserialize or does
 not fit the model -> INVALID_ARGUMENT; an upload over the cap -> RESOURCE_EXHAUSTED.
 
@@ -34,9 +35,7 @@ import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
-import grpc
 from concrete import fhe
 
 from petlab.crypto.knn.deployment import (
@@ -48,29 +47,14 @@ from petlab.crypto.knn.model import KnnModel
 from petlab.crypto.knn.split.program import StageGraph
 from petlab.crypto.knn.wire_format import ForeignBytes, WireFormat
 from petlab.protos import knn_pb2, knn_pb2_grpc
-from petlab.server.common.admission import OwnerSlots, ServiceLimits, Slots, UploadPace
+from petlab.server.common.admission import OwnerSlots, ServiceLimits, UploadPace
 from petlab.server.common.call_log import logged_stream_in, logged_unary
 from petlab.server.common.callers import CallerIdentities
 from petlab.server.common.fair_share import FairSlots, caller_key
-from petlab.server.common.rpc_errors import abort, model_named
+from petlab.server.common.rpc_errors import InvalidRequest, model_named
 from petlab.server.common.worker_threads import run_in
-from petlab.server.knn.evaluators import (
-    ClusterUnavailable,
-    Evaluation,
-    EvaluationRejected,
-    EvaluationTimedOut,
-    Evaluator,
-    KeysUnusable,
-    warm_up,
-)
-from petlab.server.knn.key_store import (
-    KeyForAnotherModel,
-    KeyNotFound,
-    KeyStore,
-    KeyTooLarge,
-    MalformedKeyId,
-    UploadMismatch,
-)
+from petlab.server.knn.evaluators import Evaluation, Evaluator, KeysUnusable, warm_up
+from petlab.server.knn.key_store import KeyForAnotherModel, KeyNotFound, KeyStore
 from petlab.server.knn.key_warmup import WarmupStore
 
 log = logging.getLogger(__name__)
@@ -144,7 +128,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             self._limits.evaluation_slots, thread_name_prefix="petlab-knn"
         )
         enforced = self._identities.enforced
-        self._upload_slots = Slots(self._limits.upload_slots, "key uploads")
+        self._upload_slots: FairSlots | None = None  # made on the loop (asyncio futures)
         self._evaluation_slots: FairSlots | None = None  # made on the loop (asyncio futures)
         self._owner_uploads = OwnerSlots(self._limits.owner_upload_slots, "key uploads", enforced)
         self._owner_evaluations = OwnerSlots(self._limits.owner_evaluation_slots, "evaluations", enforced)
@@ -165,6 +149,20 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
                 self._limits.evaluation_wait_seconds,
             )
         return self._evaluation_slots
+
+    @property
+    def upload_slots(self) -> FairSlots:
+        """Key uploads shared fairly between callers, as evaluations are: a caller that keeps
+        re-taking every slot with slow uploads cannot keep a new device from registering (it
+        waits for the next slot released, ahead of callers already holding theirs)."""
+        if self._upload_slots is None:
+            self._upload_slots = FairSlots(
+                self._limits.upload_slots,
+                "key uploads",
+                self._limits.evaluation_waiting,
+                self._limits.evaluation_wait_seconds,
+            )
+        return self._upload_slots
 
     def prepare_stored_keys(self) -> int:
         """At server start: prepare the most recently used stored keys that have a warm-up query
@@ -213,50 +211,35 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
     @logged_stream_in
     async def RegisterKeys(self, request_iterator, context):
         owner = self._identities.owner(context)
-        with self._owner_uploads.held(owner), self._upload_slots.held():
-            pace = UploadPace(self._limits)
-            messages = pace.messages(request_iterator, lambda message: len(message.data))
-            first = await anext(messages, None)
-            if first is None:
-                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the key upload was empty")
-            hosted = model_named(self._models, first.model)
-            if len(first.warmup_query) > MAX_QUERY_BYTES:
-                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the warm-up query is too large")
-            low, high = hosted.key_size_window
-            if not low <= first.total_size <= high:  # before any byte is buffered
-                self._refuse_upload(hosted, first.total_size)
-            chunks = [first.data]
-            received = len(first.data)
-            async for chunk in messages:
-                if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
-                    abort(
-                        context,
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "only the first chunk may carry model, total_size, sha256 and warmup_query",
-                    )
-                received += len(chunk.data)
-                if received > first.total_size:
-                    abort(
-                        context,
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"the upload sent more than the announced {first.total_size} bytes",
-                    )
-                chunks.append(chunk.data)
-            # every byte is in: the checks and the disk are the server's work, on the pool
-            return await run_in(
-                self._pool, self._register, hosted, owner, first, chunks, self._deadline(context)
-            )
-
-    def _refuse_upload(self, hosted: HostedModel, total_size: int) -> NoReturn:
-        """The announced size is not this model's key set: the store's own answer (its caps and
-        the owner's quota come first, as when it stores)."""
-        try:
-            self._keys.put(key_tag(hosted), "", total_size, "", iter(()), size_window=hosted.key_size_window)
-        except KeyTooLarge as exc:
-            abort(None, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except UploadMismatch as exc:
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        abort(None, grpc.StatusCode.INVALID_ARGUMENT, "the upload's announced size does not fit the model")
+        with self._owner_uploads.held(owner):
+            async with self.upload_slots.held(self._fair_caller(owner, context)):
+                pace = UploadPace(self._limits)
+                messages = pace.messages(request_iterator, lambda message: len(message.data))
+                first = await anext(messages, None)
+                if first is None:
+                    raise InvalidRequest("the key upload was empty")
+                hosted = model_named(self._models, first.model)
+                if len(first.warmup_query) > MAX_QUERY_BYTES:
+                    raise InvalidRequest("the warm-up query is too large")
+                # before any byte is buffered: the store's caps, the owner's quota, the model's size
+                self._keys.check_announced(first.total_size, hosted.key_size_window, key_tag(hosted))
+                chunks = [first.data]
+                received = len(first.data)
+                async for chunk in messages:
+                    if chunk.model or chunk.total_size or chunk.sha256 or chunk.warmup_query:
+                        raise InvalidRequest(
+                            "only the first chunk may carry model, total_size, sha256 and warmup_query"
+                        )
+                    received += len(chunk.data)
+                    if received > first.total_size:
+                        raise InvalidRequest(
+                            f"the upload sent more than the announced {first.total_size} bytes"
+                        )
+                    chunks.append(chunk.data)
+                # every byte is in: the checks and the disk are the server's work, on the pool
+                return await run_in(
+                    self._pool, self._register, hosted, owner, first, chunks, self._deadline(context)
+                )
 
     def _register(
         self, hosted: HostedModel, owner: str, first, chunks: list[bytes], deadline: Deadline
@@ -267,21 +250,17 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
             try:
                 warmup = hosted.wire.check_input(first.warmup_query)
             except ForeignBytes as exc:
-                abort(None, grpc.StatusCode.INVALID_ARGUMENT, f"the warm-up query does not fit: {exc}")
-        try:
-            stored = self._keys.put(
-                key_tag(hosted),
-                owner,
-                first.total_size,
-                first.sha256,
-                iter(chunks),
-                verify=lambda path: _check_key_file(hosted, path),
-                size_window=hosted.key_size_window,
-            )
-        except KeyTooLarge as exc:  # the store's cap or the owner's quota
-            abort(None, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except UploadMismatch as exc:
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise InvalidRequest(f"the warm-up query does not fit: {exc}") from exc
+        # KeyTooLarge (the store's cap or the owner's quota), UploadMismatch: the store's answer
+        stored = self._keys.put(
+            key_tag(hosted),
+            owner,
+            first.total_size,
+            first.sha256,
+            iter(chunks),
+            verify=lambda path: _check_key_file(hosted, path),
+            size_window=hosted.key_size_window,
+        )
         chunks.clear()
         with self._checked_lock:
             self._checked_keys.add(stored.key_id)
@@ -304,12 +283,10 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         owner = self._identities.owner(context)
         hosted = model_named(self._models, request.model)
         if not request.encrypted_queries:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the batch holds no queries")
+            raise InvalidRequest("the batch holds no queries")
         if len(request.encrypted_queries) > MAX_BATCH:
-            abort(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}",
+            raise InvalidRequest(
+                f"a batch holds at most {MAX_BATCH} queries, got {len(request.encrypted_queries)}"
             )
         with self._owner_evaluations.held(owner):
             answers = await self._evaluate(
@@ -357,18 +334,13 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         return answer
 
     def _run(self, evaluation: Evaluation, key_id: str) -> list[bytes]:
-        """In a worker thread: one evaluation, its failures as statuses."""
+        """In a worker thread: one evaluation (its failures are the evaluator's domain errors:
+        INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE); keys that no longer load are forgotten."""
         try:
             return self._evaluator.classify(evaluation)
-        except KeysUnusable as exc:
+        except KeysUnusable:
             self._forget(key_id)
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except EvaluationRejected as exc:
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except EvaluationTimedOut as exc:
-            abort(None, grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
-        except ClusterUnavailable as exc:
-            abort(None, grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
 
     def _warm_up(
         self, key_id: str, hosted: HostedModel, ciphertext: bytes, owner: str, deadline: Deadline
@@ -382,7 +354,7 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         )
         if problem:
             self._forget(key_id)
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, problem)
+            raise InvalidRequest(problem)
         if self._warmups is not None:
             self._warmups.put(key_id, ciphertext)
 
@@ -409,45 +381,32 @@ class KnnServicer(knn_pb2_grpc.KnnServiceServicer):
         """The query re-encoded from what was checked (the only bytes concrete sees), or the call
         ends with INVALID_ARGUMENT."""
         if len(data) > MAX_QUERY_BYTES:
-            abort(
-                None,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}",
-            )
+            raise InvalidRequest(f"an encrypted query is at most {MAX_QUERY_BYTES} bytes, got {len(data)}")
         try:
             checked = hosted.wire.check_input(data)  # before concrete: a foreign layout kills it
             parse_ciphertext(checked)
-        except ValueError as exc:
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, f"bad encrypted query: {exc}")
+        except ValueError as exc:  # ForeignBytes, or concrete's own refusal of the bytes
+            raise InvalidRequest(f"bad encrypted query: {exc}") from exc
         return checked
 
     def _key_path(self, key_id: str, hosted: HostedModel, owner: str) -> Path:
-        """The registered key set's file, checked against the model (the call ends otherwise)."""
+        """The registered key set's file, checked against the model; else the store's answer
+        (MalformedKeyId, KeyNotFound, KeyForAnotherModel) or KeysUnusable."""
         try:
             path = self._keys.locate(key_id, key_tag(hosted), owner if self._identities.enforced else None)
             self._check_stored(key_id, hosted, path)
             return path
         except (ForeignBytes, OSError) as exc:
             self._forget(key_id)
-            abort(
-                None,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the registered evaluation keys are unusable: {exc}",
-            )
-        except MalformedKeyId as exc:
-            abort(None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except KeyNotFound as exc:
-            abort(None, grpc.StatusCode.NOT_FOUND, str(exc))
+            raise KeysUnusable(f"the registered evaluation keys are unusable: {exc}") from exc
         except KeyForAnotherModel as exc:
-            if exc.registered.split("@")[0] == hosted.model.name:  # keys for an earlier circuit
-                self._forget(key_id)
-                abort(
-                    None,
-                    grpc.StatusCode.NOT_FOUND,
-                    f"unknown or expired key id {key_id}: model {hosted.model.name!r} has changed since "
-                    "it was registered; upload your evaluation keys again",
-                )
-            abort(None, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            if exc.registered.split("@")[0] != hosted.model.name:
+                raise
+            self._forget(key_id)  # keys for an earlier circuit of this model
+            raise KeyNotFound(
+                f"unknown or expired key id {key_id}: model {hosted.model.name!r} has changed since "
+                "it was registered; upload your evaluation keys again"
+            ) from exc
 
 
 @dataclass(frozen=True)

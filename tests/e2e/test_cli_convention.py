@@ -265,7 +265,7 @@ def test_the_variable_rule_and_the_old_names(monkeypatch, capsys):
     monkeypatch.setenv("PETLAB_TOKENS_FILE", "tokens.txt")
     monkeypatch.setenv("PETLAB_MODELS", "digits")
     options, args = parse_args(["serve"])
-    assert args.grace == 7.0 and args.tokens == Path("tokens.txt") and options.models == ["digits"]
+    assert args.grace == 7.0 and args.tokens == Path("tokens.txt") and options.knn.models == ["digits"]
     warned = capsys.readouterr().err
     for old, new in (("GRACE_SECONDS", "GRACE"), ("TOKENS_FILE", "TOKENS"), ("MODELS", "MODEL")):
         assert f"PETLAB_{old} is deprecated, use PETLAB_{new}" in warned

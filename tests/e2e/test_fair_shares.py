@@ -18,7 +18,9 @@ flooder's key id and the device's: anonymous callers share the key store), on lo
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -31,7 +33,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from petlab.client.knn_client import KnnRemote, PreparedModel
-from petlab.experiments.server_process import ServerProcess
+from petlab.crypto.knn.wire_format import WireFormat
+from petlab.experiments.server_process import SERVER, ServerProcess
 from petlab.protos import knn_pb2, knn_pb2_grpc
 
 FLOOD_THREADS = 6
@@ -210,17 +213,30 @@ def test_a_device_classifies_beside_batch_and_junk_floods(server, tmp_path):
         device.channel.close()
 
 
-def test_ctrl_c_ends_a_server_that_has_classified(tmp_path):
-    """SIGINT after a classification: the process ends within --grace + 5 s, status 130."""
+def test_ctrl_c_ends_a_server_that_has_classified_and_is_evaluating(tmp_path):
+    """SIGINT after a classification, with a batch of queries in evaluation: the process ends
+    within --grace + 5 s, status 130. concrete's runtime has started by then (and installed its
+    own SIGINT handler, which ends the process with SIGKILL, status -9): the signal must reach
+    the server's own taker all the same (``server.common.stop_signals``)."""
     server = fair_share_server(tmp_path / "server")
     try:
         channel = own_connection(server.address)
         device = KnnRemote(channel, "device", cache_dir=tmp_path / "cache", timeout=120, show_progress=False)
         prepared = device.prepare("iris")
         device.classify(prepared, np.array([5.1, 3.5, 1.4, 0.2]))
-        channel.close()
+        rows = np.tile(np.array([[5.1, 3.5, 1.4, 0.2]]), (8, 1))
+
+        def evaluate() -> None:
+            with contextlib.suppress(grpc.RpcError):  # cut short by the stop
+                device.classify_batch(prepared, rows)
+
+        batch = threading.Thread(target=evaluate)
+        batch.start()
+        time.sleep(1.0)  # the batch is on the server's pool, its first queries evaluating
         server.signal(signal.SIGINT)
         assert server.process.wait(timeout=1 + 5.0) == 130
+        batch.join(30)
+        channel.close()
     finally:
         server.kill()
 
@@ -258,3 +274,89 @@ def test_one_caller_with_every_stream_of_its_connection_leaves_others_served(ser
             stream.cancel()
             channel.close()
         hog.close()
+
+
+HOSTILE_HOLD = 2.0  # seconds each hostile upload holds its slot before it lets go and re-takes one
+
+
+def test_a_device_gets_the_next_upload_slot_before_callers_that_keep_retaking_them(server):
+    """Two callers (a connection each) hold both upload slots with uploads that send nothing for
+    2 s, and take a slot again the moment theirs ends. A device asks once meanwhile (its first
+    chunk, then the end of its stream): it must get the next slot released, ahead of them, so its
+    upload is admitted (then refused as incomplete: INVALID_ARGUMENT) within the hold + 2 s.
+    With fail-fast upload slots it was refused at once, and on every retry the hostile callers,
+    asking again at once, had re-taken the slots first (measured: a fresh ``petlab-client
+    classify`` refused for its whole 90 s patience beside three such uploaders)."""
+    with own_connection(server.address) as probe:
+        specs = knn_pb2_grpc.KnnServiceStub(probe).GetClientSpecs(
+            knn_pb2.GetClientSpecsRequest(model="iris"), timeout=30
+        )
+    key_bytes = WireFormat.from_specs(specs.client_specs).key_bytes
+    stop, tally = threading.Event(), Counter()
+
+    def hostile() -> None:
+        with own_connection(server.address) as channel:
+            stub = knn_pb2_grpc.KnnServiceStub(channel)
+
+            def nothing() -> Iterator[knn_pb2.KeyChunk]:
+                stop.wait(HOSTILE_HOLD)
+                yield from ()
+
+            while not stop.is_set():
+                try:
+                    stub.RegisterKeys(nothing(), timeout=30)
+                except grpc.RpcError as exc:
+                    tally[exc.code().name] += 1
+                    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        stop.wait(0.01)
+
+    threads = [threading.Thread(target=hostile, daemon=True) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        settle = time.monotonic() + 10
+        while sum(tally.values()) < 2 and time.monotonic() < settle:  # each has held a slot once
+            time.sleep(0.01)
+        time.sleep(0.3)  # and holds one again
+        first = knn_pb2.KeyChunk(model="iris", total_size=key_bytes, sha256="0" * 64, data=b"\0")
+        with own_connection(server.address) as channel:
+            began = time.monotonic()
+            try:
+                knn_pb2_grpc.KnnServiceStub(channel).RegisterKeys(iter([first]), timeout=30)
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                code = exc.code()
+            waited = time.monotonic() - began
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(HOSTILE_HOLD + 30)
+    print(f"\nthe device's upload beside two slot takers: {code.name} after {waited:.1f} s ({dict(tally)})")
+    assert tally["INVALID_ARGUMENT"] >= 2, "the hostile uploads never held a slot"
+    assert code != grpc.StatusCode.RESOURCE_EXHAUSTED, "the device was refused while others re-took the slots"
+    assert waited < HOSTILE_HOLD + 2.0
+
+
+def test_ctrl_c_while_the_model_compiles_ends_the_server_with_status_130(tmp_path):
+    """SIGINT while ``petlab-server serve`` compiles its model (a fresh data directory): the process
+    ends within 5 s with the interrupted status 130. concrete's native libraries install their own
+    SIGINT handlers while it compiles (which end the process with SIGKILL, status -9); the server
+    takes the stop signals on a thread of its own (``server.common.stop_signals``)."""
+    log = tmp_path / "server.log"
+    flags = ["--grace", "1", "--model", "iris", "--n", "6", "--k", "3", "--algorithm", "fast"]
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [str(SERVER), "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), *flags],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while b"compiling model" not in log.read_bytes():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=5.0) == 130, log.read_text()[-2000:]
+    finally:
+        process.kill()
+        process.wait(30)

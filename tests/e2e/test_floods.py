@@ -19,11 +19,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from petlab.crypto.chain.traces import public_key_pem, seal
 from petlab.experiments.liveness_peers import (
     PROBE_SECONDS,
     Probe,
@@ -33,18 +36,26 @@ from petlab.experiments.liveness_peers import (
     ping_flood,
     probe,
     rapid_reset,
-    rss_bytes,
     silent_call,
     unread_unary_calls,
 )
 from petlab.experiments.server_process import ServerProcess
 from petlab.plaindata import acs_sample_path
+from petlab.protos import controller_pb2, controller_pb2_grpc
 
 GRACE = 2.0
 SECONDS = 4.0  # each flood's length
 EXIT_BOUND = GRACE + 5.0
 
 pytestmark = pytest.mark.slow
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 @contextlib.contextmanager
@@ -240,6 +251,34 @@ def _start(arguments: list[str]):
     return subprocess.run(
         [str(SERVER), "serve", "--grace", "1", *arguments], capture_output=True, text=True, timeout=120
     )
+
+
+@pytest.mark.parametrize("spec", [b"[" * 30000 + b"]" * 30000, b'{"a":' * 10000 + b"1" + b"}" * 10000])
+def test_a_deeply_nested_spec_is_invalid_argument_not_internal(server, spec):
+    """An analysis spec nested deeper than Python's JSON decoder recurses (60 kB, under the 64 KiB
+    spec limit), revealed in a sequence the analyst sealed: the analyst's own bytes, so
+    ``INVALID_ARGUMENT`` and the session aborted, not ``INTERNAL`` with a traceback in the log for
+    every such call (the decoder's RecursionError is no ValueError)."""
+    key = Ed25519PrivateKey.generate()
+    sequence = seal([spec], key)
+    with grpc.insecure_channel(server.address) as channel:
+        stub = controller_pb2_grpc.AnalysisControllerStub(channel)
+        opened = stub.OpenSession(
+            controller_pb2.OpenSessionRequest(
+                first_trace=sequence.traces[0],
+                analyst_public_key=public_key_pem(key.public_key()),
+                analyst_signature=sequence.analyst_signature,
+            ),
+            timeout=30,
+        )
+        pointer = sequence.pointers[0]
+        request = controller_pb2.NextRequest(
+            session_id=opened.session_id, trace=sequence.traces[1], pointer=pointer, spec=spec
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Next(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "not a canonical JSON object" in refused.value.details()
 
 
 def test_after_the_floods_sigterm_ends_the_server(server):

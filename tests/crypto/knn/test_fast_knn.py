@@ -205,12 +205,12 @@ def test_server_algorithm_flag_and_environment(monkeypatch):
     from petlab.server.main import parse_args
 
     options, _ = parse_args(["serve", "--model", "iris"])
-    assert options.settings.algorithm == "thermo"  # the default family
+    assert options.knn.settings.algorithm == "thermo"  # the default family
     monkeypatch.setenv("PETLAB_ALGORITHM", "paper")
     options, _ = parse_args(["serve", "--model", "iris"])
-    assert options.settings.algorithm == "paper"
+    assert options.knn.settings.algorithm == "paper"
     options, _ = parse_args(["serve", "--model", "iris", "--algorithm", "fast"])
-    assert options.settings.algorithm == "fast"
+    assert options.knn.settings.algorithm == "fast"
     with pytest.raises(SystemExit):
         parse_args(["serve", "--model", "iris", "--algorithm", "quick"])
 

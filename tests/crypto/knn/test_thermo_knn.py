@@ -407,7 +407,7 @@ def test_server_flags_take_the_whole_training_set_and_a_distance():
 
     flags = ["--n", "all", "--distance", "16,6,6", "--global-p-error", "0.1"]
     options, _ = parse_args(["serve", "--model", "digits", *flags])
-    assert options.settings == owner_settings("digits")
+    assert options.knn.settings == owner_settings("digits")
     for bad in (["--distance", "16"], ["--distance", "16,6", "--algorithm", "fast"], ["--n", "some"]):
         with pytest.raises(SystemExit):
             parse_args(["serve", "--model", "digits", *bad])

@@ -66,14 +66,14 @@ def test_partitioned_release_has_the_single_process_law(local_cluster, geography
     out = release_on_cluster(
         local_cluster.client, destination, origin, count, grid, names, settings, tmp_path, partitions=4
     )
-    assert len(out.paths) == 4 and out.stats["partitions"] == 4
+    assert len(out.paths) == 4 and out.partitions == 4
     frame = read_release(tmp_path)
     cluster = outcomes(frame.w_geocode.astype(int), frame.h_geocode.astype(int), frame.S000.to_numpy())
 
     single = release(destination, origin, count, grid, EPSILON, DELTA, BANDS, rng=np.random.default_rng(5))
     assert out.privacy == single.privacy  # the accounting does not change with partitioning
-    assert out.stats["workers"] == single.stats["workers"] == 4 * COPIES  # N(d), the public totals
-    assert out.stats["beyond_workers"] == single.stats["beyond_workers"] == COPIES
+    assert out.stats.workers == single.stats.workers == 4 * COPIES  # N(d), the public totals
+    assert out.stats.beyond_workers == single.stats.beyond_workers == COPIES
     assert out.synthetic_workers == int(frame.S000.sum()) and out.synthetic_pairs == len(frame)
 
     law = exact_release_law(COUNTS, float(single.alpha[0]), np.expm1(EPSILON), keep_band_1=0.5)
@@ -194,10 +194,10 @@ def test_partitions_lost_with_a_worker_are_sent_again(local_cluster, geography, 
             partitions=4, seed=3,
         )  # fmt: skip
     assert client.killed and "sending it again" in caplog.text
-    assert out.stats["partitions"] == 4 and out.stats["workers"] == 4 * COPIES
+    assert out.partitions == 4 and out.stats.workers == 4 * COPIES
     frame = read_release(tmp_path)
     # every destination's synthetic workers once: N(d) each, those drawn beyond not written
-    assert frame.S000.sum() + out.stats["synthetic_beyond_workers"] == 4 * COPIES
+    assert frame.S000.sum() + out.stats.synthetic_beyond_workers == 4 * COPIES
     assert frame.S000.sum() == out.synthetic_workers
     assert not frame.duplicated(["w_geocode", "h_geocode"]).any()
     local_cluster.client.wait_for_workers(2, timeout=60)

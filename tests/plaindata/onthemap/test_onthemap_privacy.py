@@ -8,12 +8,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from onthemap_law import dirichlet_multinomial_logpmf
 from scipy import stats
 
 from petlab.plaindata.onthemap.privacy import (
     SLACK,
     accept_reject_epsilon,
-    dirichlet_multinomial_logpmf,
     dp_alpha,
     gamma_good,
     gamma_good_by_group,

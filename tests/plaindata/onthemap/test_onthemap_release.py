@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from onthemap_law import dirichlet_multinomial_logpmf
 from scipy import stats
 
 from petlab.plaindata.onthemap import release as release_module
@@ -16,7 +17,6 @@ from petlab.plaindata.onthemap.block_grid import MILES_PER_DEGREE_LATITUDE, Bloc
 from petlab.plaindata.onthemap.coarsening import coarsen, refine
 from petlab.plaindata.onthemap.privacy import (
     SLACK,
-    dirichlet_multinomial_logpmf,
     gamma_good,
     union_tail_alphas,
 )
@@ -152,8 +152,8 @@ def test_release_has_the_papers_law_on_an_enumerable_geography():
             full[o] += c
         assert set(out.destination.tolist()) <= {0} and len(set(out.origin.tolist())) == len(out.origin)
         observed[tuple(full)] += 1
-    assert first.stats["beyond_pairs"] == 1 and first.stats["workers"] == 4  # N(d): the public total
-    assert first.stats["inside_workers"] == 3
+    assert first.stats.beyond_pairs == 1 and first.stats.workers == 4  # N(d): the public total
+    assert first.stats.inside_workers == 3
     alpha = float(first.alpha[0])
     gamma = math.expm1(epsilon)
     counts = np.array([0, 2, 0, 1, 0, 0])
@@ -179,7 +179,7 @@ def test_release_at_scale_is_well_formed():
     synthetic_totals = np.bincount(out.destination, weights=out.count, minlength=grid.blocks)
     # N(d) synthetic workers per destination, those drawn beyond the last band not written
     assert (synthetic_totals <= true_totals).all()
-    assert synthetic_totals.sum() + out.stats["synthetic_beyond_workers"] == true_totals.sum()
+    assert synthetic_totals.sum() + out.stats.synthetic_beyond_workers == true_totals.sum()
     assert set(out.destinations.tolist()) == set(d.tolist())  # destinations all beyond included
     ring = grid.ring(grid.cell_of_block[out.destination], grid.cell_of_block[out.origin])
     assert ring.max() < DistanceBands().ring_edges(1.0)[-1]

@@ -460,8 +460,9 @@ def test_analysis_needs_registered_identities(serve, tmp_path):
             "60",
         ]
     )
-    assert options.analysts == allow and options.analysis_cooldown_seconds == 60
-    settings = {"analysis_data": options.analysis_data, "analysts": allow, "analysis_cooldown_seconds": 60}
+    controller = options.controller
+    assert controller.analysts == allow and controller.analysis_cooldown_seconds == 60
+    settings = {"analysis_data": controller.analysis_data, "analysts": allow, "analysis_cooldown_seconds": 60}
     with serve(tmp_path / "srv", **settings) as running, make_channel(f"127.0.0.1:{running.port}") as channel:
         stranger = Ed25519PrivateKey.generate()
         stub = controller_pb2_grpc.AnalysisControllerStub(channel)

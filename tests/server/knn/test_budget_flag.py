@@ -34,7 +34,7 @@ def test_a_budget_that_is_not_a_probability_is_a_usage_error(value, capsys):
 def test_the_environment_default_is_validated_too(monkeypatch):
     monkeypatch.setenv("PETLAB_GLOBAL_P_ERROR", "0.001")
     options, _ = parse_args(SMALL)
-    assert options.settings.global_p_error == 0.001
+    assert options.knn.settings.global_p_error == 0.001
     monkeypatch.setenv("PETLAB_GLOBAL_P_ERROR", "2")
     with pytest.raises(BadInput, match="PETLAB_GLOBAL_P_ERROR"):
         parse_args(SMALL)
@@ -44,8 +44,8 @@ def test_rounding_is_exact_or_approximate_for_one_thermo_circuit(capsys, monkeyp
     """``--rounding``: exact by default, approximate on request; anything else, approximate with
     another family, or approximate with a split evaluation (its partitions truncate exactly) is a
     usage error naming the way out."""
-    assert parse_args(SMALL)[0].settings.rounding == "exact"
-    assert parse_args([*SMALL, "--rounding", "approximate"])[0].settings.rounding == "approximate"
+    assert parse_args(SMALL)[0].knn.settings.rounding == "exact"
+    assert parse_args([*SMALL, "--rounding", "approximate"])[0].knn.settings.rounding == "approximate"
     for extra, said in [
         (["--rounding", "nearest"], "--rounding: rounding is 'exact' or 'approximate', got 'nearest'"),
         (["--rounding", "approximate", "--algorithm", "fast"], "approximate rounding applies to the thermo"),
@@ -56,7 +56,7 @@ def test_rounding_is_exact_or_approximate_for_one_thermo_circuit(capsys, monkeyp
         assert exited.value.code == 2
         assert said in capsys.readouterr().err
     monkeypatch.setenv("PETLAB_ROUNDING", "approximate")
-    assert parse_args(SMALL)[0].settings.rounding == "approximate"
+    assert parse_args(SMALL)[0].knn.settings.rounding == "approximate"
     monkeypatch.setenv("PETLAB_ROUNDING", "floor")
     with pytest.raises(BadInput, match="PETLAB_ROUNDING"):
         parse_args(SMALL)

@@ -158,14 +158,14 @@ def test_health_is_not_serving_without_workers(serve, hosted, tmp_path):
 
 def test_cluster_flags(monkeypatch, tmp_path):
     options, _ = parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])
-    assert options.cluster == ClusterSpec(local_workers=2)
+    assert options.knn.cluster == ClusterSpec(local_workers=2)
     monkeypatch.setenv("PETLAB_CLUSTER", "tls://scheduler:8786")
     options, _ = parse_args(["serve", "--data-dir", str(tmp_path)])
-    assert options.cluster == ClusterSpec(address="tls://scheduler:8786") and options.cluster.enabled
+    assert options.knn.cluster == ClusterSpec(address="tls://scheduler:8786") and options.knn.cluster.enabled
     with pytest.raises(SystemExit):
         parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])  # and the variable
     monkeypatch.delenv("PETLAB_CLUSTER")
-    assert not parse_args(["serve", "--data-dir", str(tmp_path)])[0].cluster.enabled
+    assert not parse_args(["serve", "--data-dir", str(tmp_path)])[0].knn.cluster.enabled
 
 
 def test_default_path_does_not_import_dask():

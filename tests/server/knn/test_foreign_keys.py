@@ -31,11 +31,12 @@ from petlab.crypto.knn.families import classify_clear, encode_query
 from petlab.crypto.knn.model import KnnSettings, build_model
 from petlab.plaindata import acs_sample_path
 from petlab.protos import controller_pb2, controller_pb2_grpc, knn_pb2, knn_pb2_grpc
-from petlab.server.app import ServerOptions, load_models
 from petlab.server.knn.datasets import load_bundled
 from petlab.server.knn.key_store import KeyStore
 from petlab.server.knn.key_warmup import WarmupStore
+from petlab.server.knn.options import KnnOptions
 from petlab.server.knn.service import key_tag
+from petlab.server.knn.startup import load_models
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def planted(tmp_path_factory, keyed_model) -> tuple[Path, str, KnnClient, str]:
     another circuit's keys (Iris, n = 10) stored under iris's tag with a warm-up query, as a store
     written before the checks (or altered on disk) would hold them."""
     data_dir = tmp_path_factory.mktemp("foreign-keys") / "data"
-    hosted = load_models(ServerOptions(data_dir=data_dir, models=["iris"], settings=IRIS))
+    hosted = load_models(KnnOptions(models=["iris"], settings=IRIS), data_dir)
     own = KnnClient(hosted["iris"].specs)
     own.generate_keys()
     _, foreign = keyed_model(*FOREIGN["another n (Iris, n = 10)"])

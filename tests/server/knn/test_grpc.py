@@ -428,9 +428,9 @@ def test_paillier_baseline_is_off_by_default(serve, tmp_path, hosted):
         assert "petlab.paillier.v1.PaillierKnnService" not in services
         assert "petlab.knn.v1.KnnService" in services
     options, _ = parse_args(["serve", "--model", "iris"])
-    assert options.enable_paillier_baseline is False
+    assert options.paillier.enable_paillier_baseline is False
     options, _ = parse_args(["serve", "--model", "iris", "--enable-paillier-baseline"])
-    assert options.enable_paillier_baseline is True
+    assert options.paillier.enable_paillier_baseline is True
 
 
 @pytest.mark.parametrize(

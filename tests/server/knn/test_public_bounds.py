@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from petlab.crypto.knn.model import KnnSettings
-from petlab.server.app import ServerOptions, load_models
 from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled
+from petlab.server.knn.options import KnnOptions
+from petlab.server.knn.startup import load_models
 from petlab.server.main import parse_args
 
 
@@ -27,13 +30,13 @@ def test_csv_model_publishes_the_bounds_file_not_its_training_extremes(tmp_path)
     and that is what is published."""
     path, features = _csv(tmp_path, np.random.default_rng(3))
     settings = KnnSettings(n=4, k=1, algorithm="fast")
-    options = ServerOptions(data_dir=tmp_path / "srv", models=[f"owner={path}"], settings=settings)
+    options = KnnOptions(models=[f"owner={path}"], settings=settings)
     with pytest.raises(ValueError, match="--bounds owner=FILE"):
-        load_models(options)
+        load_models(options, tmp_path / "srv")
     bounds = tmp_path / "bounds.csv"
     bounds.write_text("feature,low,high\nb,-30,20\na,0,25\n")
-    options.bounds = {"owner": bounds}
-    hosted = load_models(options)["owner"]
+    options = replace(options, bounds={"owner": bounds})
+    hosted = load_models(options, tmp_path / "srv")["owner"]
     info = hosted.info()
     assert list(info.feature_lows) == [0.0, -30.0] and list(info.feature_highs) == [25.0, 20.0]
     published = set(info.feature_lows) | set(info.feature_highs)
@@ -69,6 +72,6 @@ def test_bad_bounds_files_are_refused(tmp_path, text, says):
 
 def test_bounds_flag_parses():
     options, _ = parse_args(["serve", "--model", "x=data.csv", "--bounds", "x=b.csv"])
-    assert {k: str(v) for k, v in options.bounds.items()} == {"x": "b.csv"}
+    assert {k: str(v) for k, v in options.knn.bounds.items()} == {"x": "b.csv"}
     with pytest.raises(SystemExit):
         parse_args(["serve", "--bounds", "nofile"])

@@ -107,14 +107,14 @@ def test_flags_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("PETLAB_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("PETLAB_KEY_CAP_MB", "10")
     options, _ = parse_args(["serve"])
-    assert (options.port, options.models, options.data_dir) == (6001, ["iris", "wine"], tmp_path)
-    assert options.key_cap_bytes == 10 << 20
-    assert not options.allow_insecure
+    assert (options.common.port, options.knn.models, options.data_dir) == (6001, ["iris", "wine"], tmp_path)
+    assert options.knn.key_cap_bytes == 10 << 20
+    assert not options.common.allow_insecure
     options, _ = parse_args(["serve", "--port", "7000", "--model", "digits"])
-    assert (options.port, options.models) == (7000, ["digits"])
+    assert (options.common.port, options.knn.models) == (7000, ["digits"])
     for value, expected in (("1", True), ("YES", True), ("true", True), ("0", False), ("no", False)):
         monkeypatch.setenv("PETLAB_ALLOW_INSECURE", value)
-        assert parse_args(["serve"])[0].allow_insecure is expected
+        assert parse_args(["serve"])[0].common.allow_insecure is expected
     monkeypatch.setenv("PETLAB_ALLOW_INSECURE", "maybe")
     with pytest.raises(BadInput, match="PETLAB_ALLOW_INSECURE"):
         parse_args(["serve"])
@@ -161,4 +161,5 @@ def test_default_key_caps_follow_the_model_key_size(serve, hosted, tmp_path):
         assert running.keys.quota is not None and running.keys.quota.max_bytes == 2 * largest
         assert running.keys.max_bytes == 3 * 2 * largest
     options, _ = parse_args(["serve", "--key-owners", "5"])
-    assert (options.key_owners, options.key_cap_bytes, options.owner_cap_bytes) == (5, None, None)
+    knn = options.knn
+    assert (knn.key_owners, knn.key_cap_bytes, knn.owner_cap_bytes) == (5, None, None)

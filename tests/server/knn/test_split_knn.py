@@ -309,22 +309,24 @@ def test_one_query_runs_on_both_workers_and_equals_reference(serve, local_cluste
 def test_partitions_flag_and_its_automatic_value(monkeypatch, tmp_path, iris_model, iris_fast_model):
     """``--partitions`` (``PETLAB_PARTITIONS``): 0 is one partition per cluster worker, and the
     whole circuit without a cluster; a family that cannot be split is refused only when asked."""
+    from dataclasses import replace
+
     from petlab.dask_cluster import ClusterSpec
-    from petlab.server.app import model_parts, resolve_partitions
+    from petlab.server.knn.startup import model_parts, resolve_partitions
     from petlab.server.main import parse_args
 
     class Scheduler:  # what resolve_partitions asks a cluster
         def worker_count(self) -> int:
             return 5
 
-    options, _ = parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])
+    options = parse_args(["serve", "--data-dir", str(tmp_path), "--local-workers", "2"])[0].knn
     assert options.partitions == 0 and resolve_partitions(options, Scheduler()) == 2
-    options.cluster = ClusterSpec(address="tcp://scheduler:8786")
+    options = replace(options, cluster=ClusterSpec(address="tcp://scheduler:8786"))
     assert resolve_partitions(options, Scheduler()) == 5
-    options.cluster = ClusterSpec()
+    options = replace(options, cluster=ClusterSpec())
     assert resolve_partitions(options, None) == 1
     monkeypatch.setenv("PETLAB_PARTITIONS", "3")
-    options, _ = parse_args(["serve", "--data-dir", str(tmp_path)])
+    options = parse_args(["serve", "--data-dir", str(tmp_path)])[0].knn
     assert resolve_partitions(options, None) == 3  # in process, split: for measurements
     assert model_parts(iris_fast_model, 3, explicit=True) == 3
     assert model_parts(iris_fast_model, 500, explicit=False) == iris_fast_model.plan.n
@@ -603,7 +605,7 @@ train, _ = load_bundled("iris").split()
 model = build_model("iris", train.features, train.labels, KnnSettings(n=6), train.class_names)
 compiled = load_or_compile(model, default_config("thermo"), scratch / "cache", parts=2)
 hosted = HostedModel(model, compiled.server, dataset="iris", graph=compiled.graph)
-running = start(ServerOptions(data_dir=scratch / "data", models=[], port=0), {"iris": hosted})
+running = start(ServerOptions.of(scratch / "data", models=[], port=0), {"iris": hosted})
 client = KnnClient(hosted.specs)
 client.generate_keys(secret_seed=3, encryption_seed=3)
 (scratch / "keys").write_bytes(client.evaluation_keys_bytes())
