@@ -28,7 +28,9 @@ keys and in simulation, and counts the results one step off round-to-nearest in 
 
 :func:`chosen_settings` applies the rule the owner settings come from: per data set, the cheapest
 variant (concrete's complexity) whose mean accuracy is within one point of float k-NN and whose
-agreement with the exact clear reference is at least 99.5 %. Real-key seconds are measured by
+agreement with the exact clear reference is at least 99.5 % with 95 % confidence: the one-sided
+Clopper-Pearson lower bound on the agreement of the simulated answers, so that a variant is not
+chosen on a share that its sample cannot tell from a lower one. Real-key seconds are measured by
 ``experiments/knn_budget_seconds.py`` (docs/explanation/knn-speed.md).
 
     python -m petlab.experiments.knn_budget --dataset iris wine breast_cancer digits \\
@@ -46,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 from concrete import fhe
+from scipy import stats
 
 from petlab.crypto.knn.config import circuit_statistics
 from petlab.crypto.knn.families import classify_clear, compile_plan
@@ -146,6 +149,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "pbs_count": int(first["pbs_count"]),
                 "complexity": float(first["complexity"]),
                 "key_bytes": int(first["bootstrap_key_bytes"]) + int(first["keyswitch_key_bytes"]),
+                "agree": sum(int(r["agree"]) for r in mine),
                 "agreement": sum(int(r["agree"]) for r in mine) / total,
                 "accuracy": sum(int(r["correct"]) for r in mine) / total,
                 "float_knn": float(np.mean([float(r["float_knn"]) for r in mine])),
@@ -154,9 +158,19 @@ def summarize(rows: list[dict]) -> list[dict]:
     return summary
 
 
+def agreement_lower_bound(agree: int, total: int, confidence: float = 0.95) -> float:
+    """The one-sided Clopper-Pearson lower confidence bound on the share of answers that agree,
+    from ``agree`` of ``total`` (exact: the beta quantile; ``alpha ** (1 / total)`` when all agree)."""
+    if agree == 0:
+        return 0.0
+    return float(stats.beta.ppf(1 - confidence, agree, total - agree + 1))
+
+
 def meets(entry: dict) -> bool:
-    """The owner settings' bar: within one point of float k-NN, agreement at least 99.5 %."""
-    return entry["accuracy"] >= entry["float_knn"] - ACCURACY_MARGIN and entry["agreement"] >= MIN_AGREEMENT
+    """The owner settings' bar: within one point of float k-NN, and agreement at least 99.5 % with
+    95 % confidence (:func:`agreement_lower_bound`)."""
+    within = entry["accuracy"] >= entry["float_knn"] - ACCURACY_MARGIN
+    return within and agreement_lower_bound(entry["agree"], entry["trials"]) >= MIN_AGREEMENT
 
 
 def chosen_settings(summary: list[dict]) -> dict[str, tuple[float, str]]:
@@ -193,7 +207,7 @@ def summary_table(summary: list[dict]) -> str:
         "vs 1e-4",
         "keys (raw)",
         "splits (test rows, simulated answers)",
-        "agreement",
+        "agreement (95 % lower bound)",
         "accuracy (float k-NN)",
         "meets the bar",
     ]
@@ -203,6 +217,7 @@ def summary_table(summary: list[dict]) -> str:
         if e["global_p_error"] == 1e-4 and e["rounding"] == "exact":
             ratio = "(baseline)"
         mark = "yes" if meets(e) else "no"
+        lower = agreement_lower_bound(e["agree"], e["trials"])
         if chosen.get(e["dataset"]) == (e["global_p_error"], e["rounding"]):
             mark = "**yes: chosen**"
         table.append(
@@ -215,7 +230,7 @@ def summary_table(summary: list[dict]) -> str:
                 ratio,
                 f"{e['key_bytes'] / 1e6:,.0f} MB",
                 f"{e['splits']} ({e['test_rows']:,} rows, {e['trials']:,} answers)",
-                f"{100 * e['agreement']:.2f} %",
+                f"{100 * e['agreement']:.2f} % ({100 * lower:.2f} %)",
                 f"{e['accuracy']:.3f} ({e['float_knn']:.3f})",
                 mark,
             ]

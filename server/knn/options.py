@@ -34,6 +34,9 @@ HOUR = 3600
 class KnnOptions:
     models: list[str] = field(default_factory=list)  # bundled names, or NAME=FILE.csv
     settings: KnnSettings = field(default_factory=KnnSettings)
+    # bundled models with their owner's measured settings (server.knn.datasets.owner_settings)
+    # instead of ``settings``; CSV models keep ``settings``
+    owner_settings: bool = False
     label_column: str = "label"
     bounds: dict[str, Path] = field(default_factory=dict)  # model name -> public bounds file
     key_idle_seconds: float = 24.0 * HOUR
@@ -79,6 +82,7 @@ class KnnOptions:
                 global_p_error=args.global_p_error,
                 rounding=args.rounding,
             ),
+            owner_settings=args.owner_settings,
             label_column=args.label_column,
             bounds=bounds,
             key_idle_seconds=args.key_idle_hours * HOUR,
@@ -155,6 +159,15 @@ def add_model_arguments(group: argparse._ActionsContainer) -> None:
         "error budget: the probability, strictly between 0 and 1, that an encrypted answer may differ "
         "from the clear k-NN answer (concrete's global_p_error; published to clients; default: the "
         "family's, 1e-4 for thermo)",
+    )
+    group.add_argument(
+        "--owner-settings",
+        action="store_true",
+        default=str(env("OWNER_SETTINGS", "")).lower() in ("1", "true", "yes"),
+        help="host each bundled model with its data owner's measured settings (the k-NN speed "
+        "page's table: n, bits, distance, error budget; wine condensed to the points it needs) "
+        "instead of --n, --k, --bits, --algorithm, --distance, --global-p-error and --rounding; "
+        "CSV models keep those flags [env PETLAB_OWNER_SETTINGS=1]",
     )
     add_env_option(
         group,

@@ -13,7 +13,13 @@ from petlab.crypto.knn.model import KnnModel, build_model
 from petlab.dask_cluster import DaskCluster
 from petlab.server.common.callers import CallerIdentities, owner_quota
 from petlab.server.knn.cluster_evaluation import ClusterEvaluator
-from petlab.server.knn.datasets import bundled_public_bounds, load_bounds_file, load_bundled, load_csv
+from petlab.server.knn.datasets import (
+    bundled_public_bounds,
+    load_bounds_file,
+    load_bundled,
+    load_csv,
+    owner_settings,
+)
 from petlab.server.knn.evaluators import Evaluator, LocalEvaluator
 from petlab.server.knn.key_store import KeyStore, StoreCaps
 from petlab.server.knn.key_warmup import WarmupStore
@@ -98,11 +104,12 @@ def load_models(options: KnnOptions, data_dir: Path, parts: int = 1) -> dict[str
                 "the server never publishes its training set's own minima and maxima"
             )
         train, _ = dataset.split()
+        settings = owner_settings(name) if options.owner_settings and not csv_path else options.settings
         model = build_model(
             name,
             train.features,
             train.labels,
-            options.settings,
+            settings,
             train.class_names,
             train.feature_names,
             public_bounds=bounds,
