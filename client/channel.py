@@ -10,11 +10,13 @@ anyway; anyone on the path can read it and act as you"); otherwise :func:`make_c
 before any connection is made. A client certificate and its key go together and always mean TLS:
 one without the other is refused rather than silently dropped for a plaintext channel.
 
-The token travels as gRPC's own call credentials (``access_token_call_credentials``, the
-``authorization: Bearer <token>`` header): composed with the TLS credentials, or, to a loopback
-address, with gRPC's local credentials (``local_channel_credentials``), which gRPC itself refuses
-to use towards a peer that is not on this machine. Only ``insecure_token`` adds the header by an
-interceptor on a plaintext channel (gRPC refuses call credentials there, on purpose).
+The token travels as the ``authorization: Bearer <token>`` header of every call, added by an
+interceptor (:class:`_BearerToken`) on a channel with TLS credentials, or, to a loopback address,
+with gRPC's local credentials (``local_channel_credentials``), which gRPC itself refuses to use
+towards a peer that is not on this machine; ``insecure_token`` alone puts it on a plaintext
+channel. Not gRPC's ``access_token_call_credentials``: that is a plugin in Python which gRPC's
+native threads call back into, the interpreter's lock in hand, and a process that also stops an
+in-process server (the tests, the experiments) could deadlock on it (grpc/grpc#42247).
 
 A plaintext channel to a loopback address never goes through an HTTP proxy: gRPC honours
 ``grpc_proxy``, ``https_proxy`` and ``http_proxy`` for every target, loopback included, and tunnels
@@ -72,11 +74,7 @@ def make_channel(
             private_key=tls_key.read_bytes() if tls_key else None,
             certificate_chain=tls_cert.read_bytes() if tls_cert else None,
         )
-        if token:
-            credentials = grpc.composite_channel_credentials(
-                credentials, grpc.access_token_call_credentials(token)
-            )
-        return grpc.secure_channel(address, credentials, options)
+        return with_token(grpc.secure_channel(address, credentials, options), token)
     loopback = is_loopback_address(address)
     if token and not insecure_token and not loopback:
         raise InsecureCredentials(
@@ -91,12 +89,15 @@ def make_channel(
                 if address.startswith("unix")
                 else grpc.LocalConnectionType.LOCAL_TCP
             )
-            credentials = grpc.composite_channel_credentials(
-                grpc.local_channel_credentials(kind), grpc.access_token_call_credentials(token)
+            return with_token(
+                grpc.secure_channel(address, grpc.local_channel_credentials(kind), options), token
             )
-            return grpc.secure_channel(address, credentials, options)
-    channel = grpc.insecure_channel(address, options)
-    return grpc.intercept_channel(channel, _ReadableToken(token)) if token else channel
+    return with_token(grpc.insecure_channel(address, options), token)
+
+
+def with_token(channel: grpc.Channel, token: str | None) -> grpc.Channel:
+    """``channel`` with the bearer ``token`` on every call (none: ``channel`` itself)."""
+    return grpc.intercept_channel(channel, _BearerToken(token)) if token else channel
 
 
 # what gRPC's details say when nothing listens at the address, or the name does not resolve
@@ -137,14 +138,13 @@ class _CallDetails(
     pass
 
 
-class _ReadableToken(
+class _BearerToken(
     grpc.UnaryUnaryClientInterceptor,
     grpc.UnaryStreamClientInterceptor,
     grpc.StreamUnaryClientInterceptor,
     grpc.StreamStreamClientInterceptor,
 ):
-    """``--insecure-token`` only: the token's header on every call of a plaintext channel to
-    another machine, where gRPC refuses call credentials."""
+    """The token's ``authorization`` header on every call (module docstring)."""
 
     def __init__(self, token: str):
         self._header = ("authorization", f"Bearer {token}")

@@ -56,18 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"] and not {"-h", "--help"} & set(argv):  # seconds pass before the next line
-        # before the encryption library and its threads: they never take a stop signal
-        # (server.common.stop_signals)
-        from petlab.server.common import stop_signals
-
-        stop_signals.hold()
         logging.getLogger("petlab.server").info("starting: loading the models and the encryption library")
     return run("petlab-server", DESCRIPTION, COMMANDS, argv)
 
 
 def program() -> NoReturn:
     """The console script: :func:`main`, its exit status kept after concrete's runtime has run
-    (``petlab.exit_status``)."""
+    (``petlab.exit_status``). ``serve`` holds the stop signals first, before the encryption library
+    and its threads exist (``server.common.stop_signals``); :func:`main` called in a process of
+    its own (a test) leaves the signals alone."""
+    if sys.argv[1:2] == ["serve"]:
+        from petlab.server.common import stop_signals
+
+        stop_signals.hold()
     run_program(main)
 
 

@@ -1,7 +1,8 @@
 """``petlab-server serve``: the flags (``server.flags``) become ``ServerOptions``; the server is built
 (``server.app.build_services``), takes its data directory and port, and serves on the main
-thread's event loop until SIGTERM or SIGINT. Both signals are handled on the loop (they wake it
-whichever thread the kernel gives them to): the server drains in-flight calls for ``--grace``
+thread's event loop until SIGTERM or SIGINT. Both signals are taken by a thread of their own and
+handed to the loop (``server.common.stop_signals``: concrete's native libraries install handlers of
+their own that would end the process at once): the server drains in-flight calls for ``--grace``
 seconds and the process exits within ``--grace`` + :data:`EXIT_MARGIN_SECONDS` whatever its peers
 do (an evaluation still running then does not keep it), with status 0 after SIGTERM and 130 after
 SIGINT (the exit-status table). SIGUSR1 takes the server out of rotation (health NOT_SERVING, calls
@@ -46,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop_signals.hold()  # before any thread starts (server.common.stop_signals)
-    taker = stop_signals.SignalTaker(end_while_starting)
+    # the console script held the stop signals before any thread started (server.main.program);
+    # run in a process of its own (a test), the loop's handlers take them once it serves
+    taker = stop_signals.SignalTaker(end_while_starting) if stop_signals.held() else None
     try:
         options = serve_options(args)
     except ValueError as exc:  # a bad flag combination: exit status 2
@@ -86,7 +88,7 @@ def end_while_starting(signum: int) -> None:
 
 
 async def serve_until_signal(
-    options: ServerOptions, services: Services, taker: stop_signals.SignalTaker
+    options: ServerOptions, services: Services, taker: stop_signals.SignalTaker | None
 ) -> int:
     """Serve until SIGTERM or SIGINT (taken by ``taker``), then drain for ``--grace`` seconds; the
     exit status the signal calls for."""
@@ -122,7 +124,11 @@ async def serve_until_signal(
     def on_signal(signum: int) -> None:  # on the event loop
         toggle_maintenance() if signum == signal.SIGUSR1 else stop(signum)
 
-    taker.reroute(lambda signum: loop.call_soon_threadsafe(on_signal, signum))
+    if taker is not None:
+        taker.reroute(lambda signum: loop.call_soon_threadsafe(on_signal, signum))
+    else:
+        for held_signal in stop_signals.HELD:
+            loop.add_signal_handler(held_signal, on_signal, held_signal)
     signum = await stopping
     await server.stop(grace)
     with contextlib.suppress(TimeoutError):  # the stores commit every change; closing is tidiness

@@ -37,6 +37,11 @@ def hold() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
 
 
+def held() -> bool:
+    """Whether :func:`hold` has run in the calling thread (the console script's ``serve``)."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, []) >= HELD
+
+
 class SignalTaker:
     """Takes :data:`HELD` with ``sigwait`` on a daemon thread and calls the current route with
     each signal's number. :func:`hold` must have run in the thread that creates it."""
