@@ -77,8 +77,7 @@ docs-screenshots: docs
 # fill the cores, and OpenMP threads beside them only wait for a core or spin on tiny loops.
 PYTEST_WORKERS ?= 2
 PYTEST_OMP_THREADS ?= 1
-# Coverage ([tool.coverage] in pyproject.toml: the test processes and the Python processes they
-# start): the total is printed at the end and below `fail_under` fails the suite; the table per
+# Coverage ([tool.coverage] in pyproject.toml: the test processes): the total is printed at the end and below `fail_under` fails the suite; the table per
 # file: `.venv/bin/coverage report` afterwards. `PYTEST_COVERAGE= make test` runs without it.
 PYTEST_COVERAGE ?= --cov --cov-report=
 CHECKS_LOG := $(VENV)/checks.log
