@@ -130,6 +130,48 @@ def figure(name: str, seconds: pd.DataFrame, summary: list[dict], out: Path) -> 
     return path
 
 
+def _of(frame: pd.DataFrame, name: str, variant: tuple[float, str]) -> pd.DataFrame:
+    """``frame``'s rows of data set ``name`` at ``variant`` (budget, rounding)."""
+    return frame[
+        (frame.dataset == name)
+        & np.isclose(frame.global_p_error, variant[0])
+        & (frame.rounding == variant[1])
+    ]
+
+
+def _seconds_text(timed: pd.DataFrame, base: pd.DataFrame) -> str:
+    if not len(timed):
+        return "not measured"
+    text = f"{float(timed.seconds.iloc[0]):.2f} s"
+    if len(base):
+        text += f" ({float(base.seconds.iloc[0]):.2f} s; {float(timed.ratio.iloc[0]):.2f}x faster)"
+    return text
+
+
+def _target_status(name: str, timed: pd.DataFrame, base: pd.DataFrame, upload: float | None) -> str:
+    """The data set's targets (seconds, or no slower than the baseline; key bytes), met or missed."""
+    secs = float(timed.seconds.iloc[0]) if len(timed) else None
+    status = []
+    if name in TARGET_SECONDS:
+        goal = TARGET_SECONDS[name]
+        if secs is None:
+            status.append(f"<= {goal:g} s: not measured")
+        else:
+            over = "met" if secs <= goal else f"**missed** by {secs - goal:.1f} s"
+            status.append(f"<= {goal:g} s: {over}")
+    elif secs is not None and len(base):
+        ratio = float(timed.ratio.iloc[0])
+        status.append("no slower: " + ("met" if ratio >= 0.95 else f"**missed** ({ratio:.2f}x)"))
+    if name in TARGET_KEY_BYTES:
+        goal = TARGET_KEY_BYTES[name]
+        if upload is None:
+            status.append(f"keys <= {goal / 1e6:g} MB: not measured")
+        else:
+            over = "met" if upload <= goal else f"**missed** by {(upload - goal) / 1e6:.0f} MB"
+            status.append(f"keys <= {goal / 1e6:g} MB: {over}")
+    return "; ".join(status)
+
+
 def summary_table(seconds: pd.DataFrame, summary: list[dict], keys: pd.DataFrame | None) -> str:
     """Each data set's owner setting: seconds (the baseline's in the same run), cost, keys, answers
     over the splits, and its target."""
@@ -158,52 +200,9 @@ def summary_table(seconds: pd.DataFrame, summary: list[dict], keys: pd.DataFrame
             ),
             None,
         )
-        timed = seconds[
-            (seconds.dataset == name)
-            & np.isclose(seconds.global_p_error, variant[0])
-            & (seconds.rounding == variant[1])
-        ]
-        base = seconds[
-            (seconds.dataset == name)
-            & np.isclose(seconds.global_p_error, BASELINE[0])
-            & (seconds.rounding == BASELINE[1])
-        ]
-        keyed = (
-            keys[
-                (keys.dataset == name)
-                & np.isclose(keys.global_p_error, variant[0])
-                & (keys.rounding == variant[1])
-            ]
-            if keys is not None
-            else pd.DataFrame()
-        )
-        secs = float(timed.seconds.iloc[0]) if len(timed) else None
-        seconds_text = "not measured"
-        if secs is not None:
-            seconds_text = f"{secs:.2f} s"
-            if len(base):
-                seconds_text += (
-                    f" ({float(base.seconds.iloc[0]):.2f} s; {float(timed.ratio.iloc[0]):.2f}x faster)"
-                )
+        timed, base = _of(seconds, name, variant), _of(seconds, name, BASELINE)
+        keyed = _of(keys, name, variant) if keys is not None else pd.DataFrame()
         upload = float(keyed.upload_bytes.iloc[0]) if len(keyed) else None
-        status = []
-        if name in TARGET_SECONDS:
-            goal = TARGET_SECONDS[name]
-            if secs is None:
-                status.append(f"<= {goal:g} s: not measured")
-            else:
-                over = "met" if secs <= goal else f"**missed** by {secs - goal:.1f} s"
-                status.append(f"<= {goal:g} s: {over}")
-        elif secs is not None and len(base):
-            ratio = float(timed.ratio.iloc[0])
-            status.append("no slower: " + ("met" if ratio >= 0.95 else f"**missed** ({ratio:.2f}x)"))
-        if name in TARGET_KEY_BYTES:
-            goal = TARGET_KEY_BYTES[name]
-            if upload is None:
-                status.append(f"keys <= {goal / 1e6:g} MB: not measured")
-            else:
-                over = "met" if upload <= goal else f"**missed** by {(upload - goal) / 1e6:.0f} MB"
-                status.append(f"keys <= {goal / 1e6:g} MB: {over}")
         answers = "not measured"
         if entry is not None:
             answers = (
@@ -217,10 +216,10 @@ def summary_table(seconds: pd.DataFrame, summary: list[dict], keys: pd.DataFrame
                 f"budget {variant[0]:g}, {variant[1]} rounding",
                 f"{entry['pbs_count']:,}" if entry is not None else "",
                 f"{entry['complexity']:.3g}" if entry is not None else "",
-                seconds_text,
+                _seconds_text(timed, base),
                 f"{upload / 1e6:.0f} MB" if upload is not None else "not measured",
                 answers,
-                "; ".join(status),
+                _target_status(name, timed, base, upload),
             ]
         )
     return markdown.table(head, table) + "\n"

@@ -114,8 +114,7 @@ def add_arguments(group: argparse._ActionsContainer) -> None:
 
 
 def add_model_arguments(group: argparse._ActionsContainer) -> None:
-    """Which models, and the circuit settings (``KnnSettings``'s defaults)."""
-    default = KnnSettings()
+    """Which models, and the circuit settings (:func:`add_circuit_arguments`)."""
     group.add_argument(
         "--model",
         action="append",
@@ -132,6 +131,12 @@ def add_model_arguments(group: argparse._ActionsContainer) -> None:
         help="public per-feature ranges of model NAME (CSV: feature,low,high); required for CSV models; "
         "repeatable [env PETLAB_BOUNDS, comma-separated]",
     )
+    add_circuit_arguments(group)
+
+
+def add_circuit_arguments(group: argparse._ActionsContainer) -> None:
+    """The circuit settings every model is built with (``KnnSettings``'s defaults), or the owner's."""
+    default = KnnSettings()
     add_env_option(
         group, "--n", _points, default.n, "training points kept per model ('all': the whole training set)"
     )
