@@ -6,6 +6,8 @@ release-audit tests of this room (pytest's prepend import mode puts this folder 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 
@@ -134,3 +136,29 @@ def random_forms(
         weights = ["w", "z", "w*z"] if coarse else [None, None, None, "w", "z", "w*z"]
         out.append(Functional.of(members, rng.choice(np.array(weights, dtype=object))))
     return out
+
+
+def null_space(rows: list[list[int]] | list[list[Fraction]], width: int) -> list[list[Fraction]]:
+    """A basis of {x : M x = 0} over the rationals (M's rows ``rows``), by reduced row echelon form."""
+    m = [[Fraction(v) for v in row] for row in rows]
+    pivots: list[int] = []
+    r = 0
+    for c in range(width):
+        p = next((i for i in range(r, len(m)) if m[i][c]), None)
+        if p is None:
+            continue
+        m[r], m[p] = m[p], m[r]
+        m[r] = [v / m[r][c] for v in m[r]]
+        for i in range(len(m)):
+            if i != r and m[i][c]:
+                m[i] = [a - m[i][c] * b for a, b in zip(m[i], m[r], strict=True)]
+        pivots.append(c)
+        r += 1
+    basis = []
+    for free in (c for c in range(width) if c not in pivots):
+        x = [Fraction(0)] * width
+        x[free] = Fraction(1)
+        for i, c in enumerate(pivots):
+            x[c] = -m[i][free]
+        basis.append(x)
+    return basis

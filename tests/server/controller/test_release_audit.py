@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
-from audit_spaces import random_forms
+from audit_spaces import null_space, random_forms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,27 +67,7 @@ def brute_force_group(rows: list[list[Fraction]], n: int, t: int) -> tuple | Non
 def determined_small_group(rows: list[list[Fraction]], n: int, t: int) -> tuple | None:
     """:func:`brute_force_group` by the kernel: a union U of small atoms is determined exactly
     when 1_U is orthogonal to every x with M x = 0 (one rational elimination, then sums)."""
-    m = [list(r) for r in rows]
-    pivots: list[int] = []
-    r = 0
-    for c in range(n):
-        p = next((i for i in range(r, len(m)) if m[i][c]), None)
-        if p is None:
-            continue
-        m[r], m[p] = m[p], m[r]
-        m[r] = [v / m[r][c] for v in m[r]]
-        for i in range(len(m)):
-            if i != r and m[i][c]:
-                m[i] = [a - m[i][c] * b for a, b in zip(m[i], m[r], strict=True)]
-        pivots.append(c)
-        r += 1
-    kernel = []
-    for free in (c for c in range(n) if c not in pivots):
-        x = [Fraction(0)] * n
-        x[free] = Fraction(1)
-        for i, c in enumerate(pivots):
-            x[c] = -m[i][free]
-        kernel.append(x)
+    kernel = null_space(rows, n)
     signature: dict[tuple, list[int]] = {}
     for j in range(n):
         signature.setdefault(tuple(row[j] for row in rows), []).append(j)

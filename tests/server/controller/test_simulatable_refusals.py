@@ -33,10 +33,10 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
+from audit_spaces import null_space
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -85,32 +85,6 @@ def cases(draw):
 
 
 # ---------------------------------------------------------------- the oracle, in exact rationals
-
-
-def null_space(rows: list[list[int]], width: int) -> list[list[Fraction]]:
-    """A basis of {x : M x = 0} over the rationals (M's rows ``rows``), by reduced row echelon form."""
-    m = [[Fraction(v) for v in row] for row in rows]
-    pivots: list[int] = []
-    r = 0
-    for c in range(width):
-        p = next((i for i in range(r, len(m)) if m[i][c]), None)
-        if p is None:
-            continue
-        m[r], m[p] = m[p], m[r]
-        m[r] = [v / m[r][c] for v in m[r]]
-        for i in range(len(m)):
-            if i != r and m[i][c]:
-                m[i] = [a - m[i][c] * b for a, b in zip(m[i], m[r], strict=True)]
-        pivots.append(c)
-        r += 1
-    basis = []
-    for free in (c for c in range(width) if c not in pivots):
-        x = [Fraction(0)] * width
-        x[free] = Fraction(1)
-        for i, c in enumerate(pivots):
-            x[c] = -m[i][free]
-        basis.append(x)
-    return basis
 
 
 def rank(rows: list[list[int]], width: int) -> int:
